@@ -1,0 +1,403 @@
+//! Retrieval metrics with trec_eval's semantics (as pytrec_eval computes them).
+//!
+//! - A ranking is the run's documents ordered by [`trec_order`](crate::run::trec_order)
+//!   (score descending, ties by document id descending); the rank column of a
+//!   run file plays no part.
+//! - A document is relevant when its grade is ≥ 1. NDCG's gain is the grade
+//!   itself, discounted by log2(rank + 1); the ideal ranking holds every
+//!   relevant judged document.
+//! - P@k divides by k; Recall@k and MAP@k divide by the number of relevant
+//!   documents (MAP@k is trec_eval's `map_cut`).
+//! - A query is scored when it is in the run and has at least one judgement
+//!   of any grade; a query judged only non-relevant scores 0 everywhere. Queries
+//!   with no judgements are skipped, and so are judged queries missing from the
+//!   run unless [`Options::complete`] is set (trec_eval's `-c`), exactly as
+//!   pytrec_eval does.
+//!
+//! Completeness@k (the share of queries with every relevant document in the top
+//! k), HitRate@k (trec_eval's `success`), MRR (`recip_rank`, no cut-off), ERR@k
+//! (Chapelle et al. 2009) and RBP (Moffat and Zobel 2008) complete the set.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::error::{Error, Result};
+use crate::qrels::Qrels;
+use crate::run::{Run, ScoredDoc, trec_order};
+
+/// One measure with its parameter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum Metric {
+    /// NDCG at a cut-off (trec_eval `ndcg_cut`).
+    Ndcg(usize),
+    /// Recall at a cut-off.
+    Recall(usize),
+    /// Mean average precision cut at k (trec_eval `map_cut`).
+    Map(usize),
+    /// Precision at a cut-off (trec_eval `P`).
+    Precision(usize),
+    /// 1 when every relevant document is in the top k, else 0.
+    Completeness(usize),
+    /// 1 when any relevant document is in the top k (trec_eval `success`).
+    HitRate(usize),
+    /// Expected reciprocal rank at a cut-off, graded.
+    Err(usize),
+    /// Reciprocal rank of the first relevant document (trec_eval `recip_rank`).
+    Mrr,
+    /// Rank-biased precision with persistence p, graded, over the whole ranking.
+    Rbp(f64),
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ndcg(k) => write!(f, "NDCG@{k}"),
+            Self::Recall(k) => write!(f, "Recall@{k}"),
+            Self::Map(k) => write!(f, "MAP@{k}"),
+            Self::Precision(k) => write!(f, "Precision@{k}"),
+            Self::Completeness(k) => write!(f, "Completeness@{k}"),
+            Self::HitRate(k) => write!(f, "HitRate@{k}"),
+            Self::Err(k) => write!(f, "ERR@{k}"),
+            Self::Mrr => write!(f, "MRR"),
+            Self::Rbp(p) => write!(f, "RBP(p={p})"),
+        }
+    }
+}
+
+/// What to compute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    cutoffs: Vec<usize>,
+    rbp_persistence: f64,
+    err_max_grade: Option<i64>,
+    complete: bool,
+}
+
+impl Default for Options {
+    /// The official cut-offs 5, 10 and 15; RBP with p = 0.8.
+    fn default() -> Self {
+        Self {
+            cutoffs: vec![5, 10, 15],
+            rbp_persistence: 0.8,
+            err_max_grade: None,
+            complete: false,
+        }
+    }
+}
+
+impl Options {
+    /// Sets the cut-offs: positive, duplicates removed, sorted.
+    pub fn with_cutoffs(mut self, cutoffs: &[usize]) -> Result<Self> {
+        if cutoffs.is_empty() || cutoffs.contains(&0) {
+            return Err(Error::Invalid(format!(
+                "cut-offs must be positive integers, at least one; got {cutoffs:?}"
+            )));
+        }
+        let mut cutoffs = cutoffs.to_vec();
+        cutoffs.sort_unstable();
+        cutoffs.dedup();
+        self.cutoffs = cutoffs;
+        Ok(self)
+    }
+
+    /// Sets RBP's persistence p, 0 < p < 1.
+    pub fn with_rbp_persistence(mut self, p: f64) -> Result<Self> {
+        if !(p > 0.0 && p < 1.0) {
+            return Err(Error::Invalid(format!(
+                "RBP persistence must be in (0, 1); got {p}"
+            )));
+        }
+        self.rbp_persistence = p;
+        Ok(self)
+    }
+
+    /// Sets the grade that ERR and RBP treat as fully relevant. By default it
+    /// is the highest grade in the qrels (so binary qrels give a relevant
+    /// document stopping probability 1/2 in ERR, and gain 1 in RBP).
+    pub fn with_max_grade(mut self, grade: i64) -> Result<Self> {
+        if grade < 1 {
+            return Err(Error::Invalid(format!(
+                "the maximum grade must be at least 1; got {grade}"
+            )));
+        }
+        self.err_max_grade = Some(grade);
+        Ok(self)
+    }
+
+    /// Scores judged queries missing from the run as 0 instead of skipping
+    /// them (trec_eval's `-c`; pytrec_eval, and so the official numbers, skip them).
+    pub fn with_complete(mut self, complete: bool) -> Self {
+        self.complete = complete;
+        self
+    }
+
+    /// The cut-offs, ascending.
+    pub fn cutoffs(&self) -> &[usize] {
+        &self.cutoffs
+    }
+
+    /// Every metric computed, in report order: per cut-off NDCG, Recall, MAP,
+    /// Precision, Completeness, HitRate, ERR; then MRR and RBP.
+    pub fn metrics(&self) -> Vec<Metric> {
+        let mut metrics = Vec::with_capacity(self.cutoffs.len() * 7 + 2);
+        for &k in &self.cutoffs {
+            metrics.extend([
+                Metric::Ndcg(k),
+                Metric::Recall(k),
+                Metric::Map(k),
+                Metric::Precision(k),
+                Metric::Completeness(k),
+                Metric::HitRate(k),
+                Metric::Err(k),
+            ]);
+        }
+        metrics.extend([Metric::Mrr, Metric::Rbp(self.rbp_persistence)]);
+        metrics
+    }
+}
+
+/// One query's scores, aligned with [`Evaluation::metrics`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueryScores {
+    /// The query.
+    pub query_id: String,
+    /// One value per metric.
+    pub values: Vec<f64>,
+}
+
+/// The result of scoring a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    /// The metrics, in report order.
+    pub metrics: Vec<Metric>,
+    /// Per-query scores, by query id in byte order.
+    pub per_query: Vec<QueryScores>,
+    /// Mean over the scored queries, one per metric (0 when none was scored).
+    pub mean: Vec<f64>,
+    /// Queries in the run without any judgement (skipped).
+    pub unjudged_in_run: usize,
+    /// Judged queries absent from the run (skipped, or scored 0 with `complete`).
+    pub missing_from_run: usize,
+}
+
+impl Evaluation {
+    /// The mean of one metric, if it was computed.
+    pub fn mean_of(&self, metric: Metric) -> Option<f64> {
+        self.metrics
+            .iter()
+            .position(|m| *m == metric)
+            .map(|i| self.mean[i])
+    }
+
+    /// The summary with the official SkillRet key names: per cut-off `NDCG@k`,
+    /// `Recall@k`, `MAP@k`, `Precision@k`, `Completeness@k`, then `HitRate@k`,
+    /// then `MRR` and `queries`. With `extended`, `ERR@k` and `RBP(p=…)` too.
+    pub fn summary_json(&self, extended: bool) -> serde_json::Map<String, serde_json::Value> {
+        let mut map = serde_json::Map::new();
+        let cutoffs: Vec<usize> = self
+            .metrics
+            .iter()
+            .filter_map(|m| match m {
+                Metric::Ndcg(k) => Some(*k),
+                _ => None,
+            })
+            .collect();
+        let mut put = |metric: Metric| {
+            if let Some(v) = self.mean_of(metric) {
+                map.insert(metric.to_string(), v.into());
+            }
+        };
+        for &k in &cutoffs {
+            for metric in [
+                Metric::Ndcg(k),
+                Metric::Recall(k),
+                Metric::Map(k),
+                Metric::Precision(k),
+                Metric::Completeness(k),
+            ] {
+                put(metric);
+            }
+        }
+        for &k in &cutoffs {
+            put(Metric::HitRate(k));
+        }
+        put(Metric::Mrr);
+        if extended {
+            for &k in &cutoffs {
+                put(Metric::Err(k));
+            }
+            for metric in &self.metrics {
+                if let Metric::Rbp(_) = metric {
+                    put(*metric);
+                }
+            }
+        }
+        map.insert("queries".to_owned(), self.per_query.len().into());
+        map
+    }
+}
+
+/// Scores `run` against `qrels`.
+pub fn evaluate(qrels: &Qrels, run: &Run, options: &Options) -> Evaluation {
+    let metrics = options.metrics();
+    let max_grade = options
+        .err_max_grade
+        .unwrap_or_else(|| qrels.max_grade().max(1));
+    let mut per_query = Vec::new();
+    let mut unjudged_in_run = 0;
+    for query in run.query_ids() {
+        match qrels.get(query) {
+            Some(judged) if !judged.is_empty() => {
+                let docs = run.get(query).unwrap_or_default();
+                per_query.push(QueryScores {
+                    query_id: query.to_owned(),
+                    values: score_query(judged, docs, &metrics, max_grade),
+                });
+            }
+            _ => unjudged_in_run += 1,
+        }
+    }
+    let mut missing_from_run = 0;
+    for query in qrels.query_ids() {
+        let judged = qrels.get(query).is_some_and(|j| !j.is_empty());
+        if judged && run.get(query).is_none() {
+            missing_from_run += 1;
+            if options.complete {
+                per_query.push(QueryScores {
+                    query_id: query.to_owned(),
+                    values: vec![0.0; metrics.len()],
+                });
+            }
+        }
+    }
+    per_query.sort_unstable_by(|a, b| a.query_id.cmp(&b.query_id));
+    let mut mean = vec![0.0; metrics.len()];
+    for scores in &per_query {
+        for (sum, v) in mean.iter_mut().zip(&scores.values) {
+            *sum += v;
+        }
+    }
+    if !per_query.is_empty() {
+        let n = per_query.len() as f64;
+        for v in &mut mean {
+            *v /= n;
+        }
+    }
+    Evaluation {
+        metrics,
+        per_query,
+        mean,
+        unjudged_in_run,
+        missing_from_run,
+    }
+}
+
+/// All metrics of one judged query.
+fn score_query(
+    judged: &HashMap<String, i64>,
+    docs: &[ScoredDoc],
+    metrics: &[Metric],
+    max_grade: i64,
+) -> Vec<f64> {
+    let mut ranked: Vec<&ScoredDoc> = docs.iter().collect();
+    ranked.sort_unstable_by(|a, b| trec_order(a, b));
+    // Grade at each rank; unjudged documents (and negative grades, which
+    // trec_eval treats as unjudged) are not relevant.
+    let grades: Vec<i64> = ranked
+        .iter()
+        .map(|d| judged.get(&d.id).copied().unwrap_or(-1))
+        .collect();
+    let mut ideal: Vec<i64> = judged.values().copied().filter(|&g| g >= 1).collect();
+    ideal.sort_unstable_by(|a, b| b.cmp(a));
+    let num_rel = ideal.len();
+    let num_rel_f = num_rel as f64;
+
+    // Prefix sums over ranks 1..=depth, index r holding the value of the top r.
+    let depth = metrics
+        .iter()
+        .filter_map(|m| match m {
+            Metric::Ndcg(k)
+            | Metric::Recall(k)
+            | Metric::Map(k)
+            | Metric::Precision(k)
+            | Metric::Completeness(k)
+            | Metric::HitRate(k)
+            | Metric::Err(k) => Some(*k),
+            Metric::Mrr | Metric::Rbp(_) => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let mut hits = vec![0usize; depth + 1];
+    let mut dcg = vec![0.0f64; depth + 1];
+    let mut idcg = vec![0.0f64; depth + 1];
+    let mut ap = vec![0.0f64; depth + 1];
+    let mut err = vec![0.0f64; depth + 1];
+    let max_gain = 2f64.powi(i32::try_from(max_grade).unwrap_or(i32::MAX));
+    let mut not_stopped = 1.0;
+    for r in 1..=depth {
+        let i = r - 1;
+        let g = grades.get(i).copied().unwrap_or(-1);
+        let relevant = g >= 1;
+        hits[r] = hits[r - 1] + usize::from(relevant);
+        dcg[r] = dcg[r - 1];
+        ap[r] = ap[r - 1];
+        err[r] = err[r - 1];
+        if relevant {
+            dcg[r] += g as f64 / ((r + 1) as f64).log2();
+            ap[r] += hits[r] as f64 / r as f64;
+            let stop = stop_probability(g, max_grade, max_gain);
+            err[r] += not_stopped * stop / r as f64;
+            not_stopped *= 1.0 - stop;
+        }
+        idcg[r] = idcg[r - 1]
+            + ideal
+                .get(i)
+                .map_or(0.0, |&g| g as f64 / ((r + 1) as f64).log2());
+    }
+
+    metrics
+        .iter()
+        .map(|metric| match *metric {
+            Metric::Ndcg(k) => {
+                if idcg[k] > 0.0 {
+                    dcg[k] / idcg[k]
+                } else {
+                    dcg[k]
+                }
+            }
+            Metric::Recall(k) => ratio(hits[k] as f64, num_rel_f),
+            Metric::Map(k) => ratio(ap[k], num_rel_f),
+            Metric::Precision(k) => hits[k] as f64 / k as f64,
+            Metric::Completeness(k) => f64::from(u8::from(num_rel > 0 && hits[k] == num_rel)),
+            Metric::HitRate(k) => f64::from(u8::from(hits[k] > 0)),
+            Metric::Err(k) => err[k],
+            Metric::Mrr => grades
+                .iter()
+                .position(|&g| g >= 1)
+                .map_or(0.0, |i| 1.0 / (i + 1) as f64),
+            Metric::Rbp(p) => {
+                let mut sum = 0.0;
+                let mut weight = 1.0 - p;
+                for &g in &grades {
+                    if g >= 1 {
+                        sum += weight * (g.min(max_grade) as f64 / max_grade as f64);
+                    }
+                    weight *= p;
+                }
+                sum
+            }
+        })
+        .collect()
+}
+
+/// ERR's probability that a user stops at a document of grade `g`:
+/// (2^g − 1) / 2^max, with grades above `max` capped.
+fn stop_probability(g: i64, max_grade: i64, max_gain: f64) -> f64 {
+    let g = i32::try_from(g.min(max_grade)).unwrap_or(i32::MAX);
+    (2f64.powi(g) - 1.0) / max_gain
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}

@@ -1,0 +1,110 @@
+//! Command-line types.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Measure how well embedding models and rerankers retrieve agent skills on
+/// the SkillRet benchmark.
+#[derive(Debug, Parser)]
+#[command(name = "pipeline", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Score a ranking against relevance judgements, exactly as trec_eval
+    /// (pytrec_eval) and the official SkillRet evaluation do.
+    #[command(long_about = EVAL_ABOUT)]
+    Eval(EvalArgs),
+}
+
+const EVAL_ABOUT: &str = "\
+Score a ranking against relevance judgements, exactly as trec_eval (pytrec_eval) \
+and the official SkillRet evaluation do.
+
+Documents are ranked by score, ties broken by document id descending; the rank \
+column of a run file is ignored. A grade of 1 or more is relevant. A query is \
+scored when it is in the run and has at least one judgement; queries without \
+judgements are skipped, as pytrec_eval skips them.
+
+Metrics, per cut-off k: NDCG@k, Recall@k, MAP@k (trec_eval map_cut), \
+Precision@k, Completeness@k (every relevant skill in the top k), HitRate@k, \
+ERR@k; and MRR and RBP over the whole ranking.
+
+Examples:
+  pipeline eval --qrels tests/fixtures/tiny --run tests/fixtures/tiny/runs/lexical.run.trec
+  pipeline eval --qrels qrels.trec --run run.json --split test --format json
+  pipeline eval --qrels data/ --run run.trec --k 1,3,5,10 --per-query per_query.tsv";
+
+/// Arguments of `pipeline eval`.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Relevance judgements: a SkillRet data directory
+    /// ({skills,queries,qrels}/<split>.jsonl; without a qrels file the queries'
+    /// skill_ids are the judgements), a SkillRet qrels JSONL file
+    /// ({"query_id", "skill_id", "relevance"} per line) or a TREC qrels file
+    /// (query iter doc grade).
+    #[arg(long, value_name = "FILE|DIR")]
+    pub qrels: PathBuf,
+
+    /// The ranking to score: a TREC run file (query Q0 doc rank score tag) or
+    /// the official SkillRet output JSON ({"retrieval": {split: {query: {doc: score}}}}).
+    #[arg(long, value_name = "FILE")]
+    pub run: PathBuf,
+
+    /// The split to read from a data directory or an official output JSON.
+    #[arg(long, default_value = "test")]
+    pub split: String,
+
+    /// Cut-offs, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "5,10,15",
+        value_name = "K,..."
+    )]
+    pub k: Vec<usize>,
+
+    /// Output: a table for people, or one JSON object with the official key
+    /// names (NDCG@k, Recall@k, MAP@k, Precision@k, Completeness@k) plus
+    /// HitRate@k, MRR and queries.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+
+    /// Also write each query's metrics to this TSV file (one row per query,
+    /// by query id).
+    #[arg(long, value_name = "TSV")]
+    pub per_query: Option<PathBuf>,
+
+    /// Add ERR@k and RBP to the JSON output.
+    #[arg(long)]
+    pub extended: bool,
+
+    /// Persistence p of rank-biased precision.
+    #[arg(long, default_value_t = 0.8, value_name = "P")]
+    pub rbp_p: f64,
+
+    /// The grade that ERR and RBP treat as fully relevant [default: the
+    /// highest grade in the judgements].
+    #[arg(long, value_name = "GRADE")]
+    pub max_grade: Option<i64>,
+
+    /// Score judged queries that are missing from the run as 0 instead of
+    /// skipping them (trec_eval -c). The official numbers skip them.
+    #[arg(long)]
+    pub complete: bool,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// An aligned table.
+    Table,
+    /// One JSON object.
+    Json,
+}
