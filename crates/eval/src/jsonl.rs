@@ -34,7 +34,13 @@ pub(crate) fn for_each_record<T: DeserializeOwned>(
 pub(crate) fn parse_line<T: DeserializeOwned>(text: &str) -> Result<T, (Option<String>, String)> {
     let mut de = serde_json::Deserializer::from_str(text);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
+        let mut path = e.path().to_string();
+        if path.ends_with('?') {
+            // A syntax error between fields: blame the last key read.
+            let column = e.inner().column();
+            let before = text.get(..column.saturating_sub(1)).unwrap_or(text);
+            path = last_key(before).unwrap_or(path);
+        }
         let message = without_position(&e.inner().to_string());
         (field_of(&path, &message), message)
     })?;
@@ -56,6 +62,35 @@ fn field_of(path: &str, message: &str) -> Option<String> {
         (Some(p), None) => Some(p.to_owned()),
         (None, None) => None,
     }
+}
+
+/// The last object key in a JSON prefix (a string followed by `:`).
+fn last_key(prefix: &str) -> Option<String> {
+    let mut key = None;
+    let mut chars = prefix.char_indices().peekable();
+    while let Some((start, c)) = chars.next() {
+        if c != '"' {
+            continue;
+        }
+        let mut end = None;
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => {
+                    end = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(end) = end else { break };
+        if prefix[end + 1..].trim_start().starts_with(':') {
+            key = serde_json::from_str::<String>(&prefix[start..=end]).ok();
+        }
+    }
+    key
 }
 
 /// serde_json appends " at line 1 column N"; every record is one line, so

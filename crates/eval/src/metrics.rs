@@ -401,3 +401,102 @@ fn stop_probability(g: i64, max_grade: i64, max_gain: f64) -> f64 {
 fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { 0.0 }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ranked(grades: &[(&str, i64)], ranking: &[&str]) -> (HashMap<String, i64>, Vec<ScoredDoc>) {
+        let judged = grades.iter().map(|(d, g)| ((*d).to_owned(), *g)).collect();
+        let docs = ranking
+            .iter()
+            .enumerate()
+            .map(|(i, d)| ScoredDoc {
+                id: (*d).to_owned(),
+                score: -(i as f64),
+            })
+            .collect();
+        (judged, docs)
+    }
+
+    #[test]
+    fn err_and_rbp_by_hand() {
+        // Grades by rank: 0, 1, 2 (and an unjudged document last); max grade 2.
+        let (judged, docs) = ranked(&[("a", 0), ("b", 1), ("c", 2)], &["a", "b", "c", "x"]);
+        let metrics = [Metric::Err(3), Metric::Err(1), Metric::Rbp(0.5)];
+        let v = score_query(&judged, &docs, &metrics, 2);
+        // Stop probabilities (2^g - 1) / 4: 0, 1/4, 3/4.
+        // ERR@3 = 1/4 / 2 + (1 - 1/4) * 3/4 / 3.
+        assert!((v[0] - (0.125 + 0.1875)).abs() < 1e-15, "{}", v[0]);
+        assert_eq!(v[1], 0.0);
+        // RBP = (1 - p) * sum p^(rank-1) * g / 2 = 0.5 * (0.5 * 0.5 + 0.25 * 1).
+        assert!((v[2] - 0.25).abs() < 1e-15, "{}", v[2]);
+    }
+
+    #[test]
+    fn binary_err_uses_one_half_and_rbp_counts_full_gain() {
+        let (judged, docs) = ranked(&[("a", 1)], &["a"]);
+        let v = score_query(&judged, &docs, &[Metric::Err(5), Metric::Rbp(0.8)], 1);
+        assert!((v[0] - 0.5).abs() < 1e-15);
+        assert!((v[1] - 0.2).abs() < 1e-15);
+    }
+
+    #[test]
+    fn completeness_needs_every_relevant_document() {
+        let (judged, docs) = ranked(&[("a", 1), ("b", 2), ("c", 0)], &["a", "c", "b"]);
+        let metrics = [
+            Metric::Completeness(2),
+            Metric::Completeness(3),
+            Metric::HitRate(1),
+        ];
+        assert_eq!(score_query(&judged, &docs, &metrics, 2), [0.0, 1.0, 1.0]);
+        // Judged, but nothing relevant: never complete.
+        let (judged, docs) = ranked(&[("a", 0)], &["a"]);
+        assert_eq!(score_query(&judged, &docs, &metrics, 1), [0.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn options_validate() {
+        assert!(Options::default().with_cutoffs(&[]).is_err());
+        assert!(Options::default().with_cutoffs(&[0, 5]).is_err());
+        assert_eq!(
+            Options::default()
+                .with_cutoffs(&[10, 5, 10])
+                .unwrap()
+                .cutoffs(),
+            [5, 10]
+        );
+        assert!(Options::default().with_rbp_persistence(1.0).is_err());
+        assert!(Options::default().with_max_grade(0).is_err());
+    }
+
+    #[test]
+    fn complete_scores_missing_queries_as_zero() {
+        let mut qrels = Qrels::default();
+        qrels.insert("q1".into(), "a".into(), 1);
+        qrels.insert("q2".into(), "a".into(), 1);
+        qrels.ensure_query("q3");
+        let mut run = Run::default();
+        run.insert(
+            "q1".into(),
+            vec![ScoredDoc {
+                id: "a".into(),
+                score: 1.0,
+            }],
+        );
+        run.insert(
+            "q4".into(),
+            vec![ScoredDoc {
+                id: "a".into(),
+                score: 1.0,
+            }],
+        );
+        let skipped = evaluate(&qrels, &run, &Options::default());
+        assert_eq!(skipped.per_query.len(), 1);
+        assert_eq!((skipped.unjudged_in_run, skipped.missing_from_run), (1, 1));
+        assert_eq!(skipped.mean_of(Metric::Mrr), Some(1.0));
+        let complete = evaluate(&qrels, &run, &Options::default().with_complete(true));
+        assert_eq!(complete.per_query.len(), 2);
+        assert_eq!(complete.mean_of(Metric::Mrr), Some(0.5));
+    }
+}
