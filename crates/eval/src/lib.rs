@@ -15,8 +15,8 @@
 //! qrels.insert("q1".into(), "skill-a".into(), 1);
 //! let mut run = Run::default();
 //! run.insert("q1".into(), vec![
-//!     ScoredDoc { id: "skill-b".into(), score: 0.9 },
-//!     ScoredDoc { id: "skill-a".into(), score: 0.7 },
+//!     ScoredDoc::new("skill-b", 0.9),
+//!     ScoredDoc::new("skill-a", 0.7),
 //! ]);
 //! let result = evaluate(&qrels, &run, &Options::default());
 //! assert_eq!(result.mean_of(Metric::Mrr), Some(0.5));
@@ -36,5 +36,5 @@ mod trec;
 
 pub use data::{Dataset, Query, Skill, SplitFiles, document_text};
 pub use error::{Diagnostic, Error, Location, Result};
-pub use qrels::Qrels;
+pub use qrels::{Judgements, Qrels};
 pub use run::{Run, ScoredDoc, sort_trec, trec_order};

@@ -18,11 +18,12 @@
 //! k), HitRate@k (trec_eval's `success`), MRR (`recip_rank`, no cut-off), ERR@k
 //! (Chapelle et al. 2009) and RBP (Moffat and Zobel 2008) complete the set.
 
-use std::collections::HashMap;
 use std::fmt;
 
+use rayon::prelude::*;
+
 use crate::error::{Error, Result};
-use crate::qrels::Qrels;
+use crate::qrels::{Judgements, Qrels};
 use crate::run::{Run, ScoredDoc, trec_order};
 
 /// One measure with its parameter.
@@ -244,20 +245,19 @@ pub fn evaluate(qrels: &Qrels, run: &Run, options: &Options) -> Evaluation {
     let max_grade = options
         .err_max_grade
         .unwrap_or_else(|| qrels.max_grade().max(1));
-    let mut per_query = Vec::new();
-    let mut unjudged_in_run = 0;
-    for query in run.query_ids() {
-        match qrels.get(query) {
-            Some(judged) if !judged.is_empty() => {
-                let docs = run.get(query).unwrap_or_default();
-                per_query.push(QueryScores {
-                    query_id: query.to_owned(),
-                    values: score_query(judged, docs, &metrics, max_grade),
-                });
-            }
-            _ => unjudged_in_run += 1,
-        }
-    }
+    let run_queries = run.query_ids();
+    let mut per_query: Vec<QueryScores> = run_queries
+        .par_iter()
+        .filter_map(|&query| {
+            let judged = qrels.get(query).filter(|j| !j.is_empty())?;
+            let docs = run.get(query).unwrap_or_default();
+            Some(QueryScores {
+                query_id: query.to_owned(),
+                values: score_query(judged, docs, &metrics, max_grade),
+            })
+        })
+        .collect();
+    let unjudged_in_run = run_queries.len() - per_query.len();
     let mut missing_from_run = 0;
     for query in qrels.query_ids() {
         let judged = qrels.get(query).is_some_and(|j| !j.is_empty());
@@ -295,18 +295,17 @@ pub fn evaluate(qrels: &Qrels, run: &Run, options: &Options) -> Evaluation {
 
 /// All metrics of one judged query.
 fn score_query(
-    judged: &HashMap<String, i64>,
+    judged: &Judgements,
     docs: &[ScoredDoc],
     metrics: &[Metric],
     max_grade: i64,
 ) -> Vec<f64> {
-    let mut ranked: Vec<&ScoredDoc> = docs.iter().collect();
-    ranked.sort_unstable_by(|a, b| trec_order(a, b));
+    let ranked = ranked(docs);
     // Grade at each rank; unjudged documents (and negative grades, which
     // trec_eval treats as unjudged) are not relevant.
     let grades: Vec<i64> = ranked
         .iter()
-        .map(|d| judged.get(&d.id).copied().unwrap_or(-1))
+        .map(|d| judged.get(&*d.id).copied().unwrap_or(-1))
         .collect();
     let mut ideal: Vec<i64> = judged.values().copied().filter(|&g| g >= 1).collect();
     ideal.sort_unstable_by(|a, b| b.cmp(a));
@@ -391,6 +390,37 @@ fn score_query(
         .collect()
 }
 
+/// The documents in [`trec_order`]. Sorting compares integer keys (the
+/// score's bits, then the first eight bytes of the id) and reads whole ids
+/// only when both are equal.
+fn ranked(docs: &[ScoredDoc]) -> Vec<&ScoredDoc> {
+    fn score_key(score: f64) -> u64 {
+        // Adding 0.0 turns -0.0 into 0.0, which trec_eval treats as equal.
+        let bits = (score + 0.0).to_bits();
+        if bits >> 63 == 1 {
+            !bits
+        } else {
+            bits | 1 << 63
+        }
+    }
+    fn id_key(id: &str) -> u64 {
+        let mut head = [0u8; 8];
+        let n = id.len().min(8);
+        head[..n].copy_from_slice(&id.as_bytes()[..n]);
+        u64::from_be_bytes(head)
+    }
+    let mut keyed: Vec<(u64, u64, &ScoredDoc)> = docs
+        .iter()
+        .map(|d| (score_key(d.score), id_key(&d.id), d))
+        .collect();
+    keyed.sort_unstable_by(|a, b| {
+        (b.0, b.1)
+            .cmp(&(a.0, a.1))
+            .then_with(|| trec_order(a.2, b.2))
+    });
+    keyed.into_iter().map(|(_, _, d)| d).collect()
+}
+
 /// ERR's probability that a user stops at a document of grade `g`:
 /// (2^g − 1) / 2^max, with grades above `max` capped.
 fn stop_probability(g: i64, max_grade: i64, max_gain: f64) -> f64 {
@@ -406,15 +436,12 @@ fn ratio(a: f64, b: f64) -> f64 {
 mod tests {
     use super::*;
 
-    fn ranked(grades: &[(&str, i64)], ranking: &[&str]) -> (HashMap<String, i64>, Vec<ScoredDoc>) {
+    fn ranked(grades: &[(&str, i64)], ranking: &[&str]) -> (Judgements, Vec<ScoredDoc>) {
         let judged = grades.iter().map(|(d, g)| ((*d).to_owned(), *g)).collect();
         let docs = ranking
             .iter()
             .enumerate()
-            .map(|(i, d)| ScoredDoc {
-                id: (*d).to_owned(),
-                score: -(i as f64),
-            })
+            .map(|(i, d)| ScoredDoc::new(*d, -(i as f64)))
             .collect();
         (judged, docs)
     }

@@ -3,14 +3,19 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use rustc_hash::FxBuildHasher;
+
 use crate::error::{Diagnostic, Error, Location, Result};
+
+/// The judgements of one query: document id → grade.
+pub type Judgements = HashMap<String, i64, FxBuildHasher>;
 
 /// Relevance judgements. A grade ≥ 1 is relevant (trec_eval's default
 /// relevance level); 0 is judged non-relevant; negative grades are treated as
 /// unjudged, as trec_eval does.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Qrels {
-    by_query: HashMap<String, HashMap<String, i64>>,
+    by_query: HashMap<String, Judgements, FxBuildHasher>,
 }
 
 impl Qrels {
@@ -23,12 +28,13 @@ impl Qrels {
     /// skipped when scoring, as pytrec_eval skips it).
     pub fn ensure_query(&mut self, query: &str) {
         if !self.by_query.contains_key(query) {
-            self.by_query.insert(query.to_owned(), HashMap::new());
+            self.by_query
+                .insert(query.to_owned(), Judgements::default());
         }
     }
 
     /// The judgements of one query.
-    pub fn get(&self, query: &str) -> Option<&HashMap<String, i64>> {
+    pub fn get(&self, query: &str) -> Option<&Judgements> {
         self.by_query.get(query)
     }
 
@@ -80,32 +86,34 @@ impl Qrels {
     /// as it is for trec_eval.
     pub fn read_trec(path: &Path) -> Result<Self> {
         let bytes = crate::trec::read_bytes(path)?;
-        let mut qrels = Self::default();
-        let mut lines: HashMap<(&str, &str), usize> = HashMap::new();
-        crate::trec::for_each_line(
+        let chunks = crate::trec::fold_lines(
             path,
             &bytes,
             ["query_id", "iteration", "doc_id", "relevance"],
-            |line, [query, _, doc, grade]| {
-                let here = || Location::line(path, line);
-                let grade: i64 = grade.parse().map_err(|_| {
-                    Error::input(
-                        here(),
-                        Some("relevance"),
-                        format!("{grade:?} is not an integer"),
-                    )
-                })?;
-                if let Some(first) = lines.insert((query, doc), line) {
-                    return Err(Error::input(
-                        here(),
-                        Some("doc_id"),
-                        format!("({query}, {doc}) is judged twice (first on line {first})"),
-                    ));
+            Vec::new,
+            |rows, offset, [query, _, doc, grade]| match grade.parse::<i64>() {
+                Ok(g) => {
+                    rows.push((offset, query, doc, g));
+                    Ok(())
                 }
-                qrels.insert(query.to_owned(), doc.to_owned(), grade);
-                Ok(())
+                Err(_) => Err((3, format!("{grade:?} is not an integer"))),
             },
         )?;
+        let mut qrels = Self::default();
+        let mut first: HashMap<(&str, &str), usize, FxBuildHasher> = HashMap::default();
+        for (offset, query, doc, grade) in chunks.into_iter().flatten() {
+            if let Some(earlier) = first.insert((query, doc), offset) {
+                return Err(Error::input(
+                    Location::line(path, crate::trec::line_of(&bytes, offset)),
+                    Some("doc_id"),
+                    format!(
+                        "({query}, {doc}) is judged twice (first on line {})",
+                        crate::trec::line_of(&bytes, earlier)
+                    ),
+                ));
+            }
+            qrels.insert(query.to_owned(), doc.to_owned(), grade);
+        }
         Ok(qrels)
     }
 

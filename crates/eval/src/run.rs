@@ -3,18 +3,34 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use serde::Deserialize;
 
 use crate::error::{Error, Location, Result};
 
 /// One retrieved document and its score.
+///
+/// Ids are shared (`Arc<str>`): a run mentions the same few thousand skills
+/// over and over, and reading or building one need not copy them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScoredDoc {
     /// Document (skill) id.
-    pub id: String,
+    pub id: Arc<str>,
     /// Retrieval score; higher is better.
     pub score: f64,
+}
+
+impl ScoredDoc {
+    /// A document and its score.
+    pub fn new(id: impl Into<Arc<str>>, score: f64) -> Self {
+        Self {
+            id: id.into(),
+            score,
+        }
+    }
 }
 
 /// trec_eval's ranking order: score descending, ties broken by document id
@@ -34,7 +50,7 @@ pub fn sort_trec(docs: &mut [ScoredDoc]) {
 
 /// A run: the documents retrieved for each query, in any order (scoring
 /// ranks them by [`trec_order`]; the rank column of a TREC file is ignored, as
-/// trec_eval ignores it).
+/// trec_eval ignores it). A document appears at most once per query.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Run {
     by_query: HashMap<String, Vec<ScoredDoc>>,
@@ -84,10 +100,7 @@ impl Run {
     /// that is not a number is an error.
     pub fn read_trec(path: &Path) -> Result<Self> {
         let bytes = crate::trec::read_bytes(path)?;
-        // (query, documents, line of each document), in first-seen order.
-        let mut queries: Vec<(&str, Vec<ScoredDoc>, Vec<usize>)> = Vec::new();
-        let mut slot: HashMap<&str, usize> = HashMap::new();
-        crate::trec::for_each_line(
+        let chunks = crate::trec::fold_lines(
             path,
             &bytes,
             [
@@ -98,46 +111,46 @@ impl Run {
                 "score",
                 "run_tag",
             ],
-            |line, [query, _, doc, _, score, _]| {
-                let score: f64 = match score.parse() {
-                    Ok(s) if !f64::is_nan(s) => s,
-                    _ => {
-                        return Err(Error::input(
-                            Location::line(path, line),
-                            Some("score"),
-                            format!("{score:?} is not a number"),
-                        ));
-                    }
-                };
-                let i = match queries.last() {
-                    Some((last, ..)) if *last == query => queries.len() - 1,
-                    _ => *slot.entry(query).or_insert_with(|| {
-                        queries.push((query, Vec::new(), Vec::new()));
-                        queries.len() - 1
-                    }),
-                };
-                let (_, docs, lines) = &mut queries[i];
-                docs.push(ScoredDoc {
-                    id: doc.to_owned(),
-                    score,
-                });
-                lines.push(line);
-                Ok(())
+            Chunk::default,
+            |chunk, _, [query, _, doc, _, score, _]| match score.parse::<f64>() {
+                Ok(score) if !score.is_nan() => {
+                    chunk.push(query, doc, score);
+                    Ok(())
+                }
+                _ => Err((4, format!("{score:?} is not a number"))),
             },
         )?;
-        let mut run = Self::default();
-        for (query, docs, lines) in queries {
-            if let Some((first, again)) = first_duplicate(&docs) {
-                return Err(Error::input(
-                    Location::line(path, lines[again]),
-                    Some("doc_id"),
-                    format!(
-                        "{} is listed twice for query {query} (first on line {})",
-                        docs[again].id, lines[first]
-                    ),
-                ));
+        // Join the chunks' groups; a query whose lines are not one block
+        // (split between chunks, or interleaved with others) is checked for
+        // repeats by sorting, the rest were checked while reading.
+        let mut groups: Vec<Group<'_>> = Vec::new();
+        let mut slot: FxHashMap<&str, usize> = FxHashMap::default();
+        for chunk in chunks {
+            if let Some((query, doc)) = chunk.duplicate {
+                return Err(duplicate_error(path, &bytes, query, doc));
             }
-            run.insert(query.to_owned(), docs);
+            for group in chunk.groups {
+                match slot.get(group.query) {
+                    Some(&g) => {
+                        let into = &mut groups[g];
+                        into.docs.extend(group.docs);
+                        into.unchecked = true;
+                    }
+                    None => {
+                        slot.insert(group.query, groups.len());
+                        groups.push(group);
+                    }
+                }
+            }
+        }
+        let mut run = Self::default();
+        for group in groups {
+            if group.unchecked
+                && let Some(doc) = first_duplicate(&group.docs)
+            {
+                return Err(duplicate_error(path, &bytes, group.query, doc));
+            }
+            run.insert(group.query.to_owned(), group.docs);
         }
         Ok(run)
     }
@@ -192,7 +205,7 @@ impl Run {
         for (query, docs) in results {
             let docs = docs
                 .into_iter()
-                .map(|(id, score)| ScoredDoc { id, score })
+                .map(|(id, score)| ScoredDoc::new(id, score))
                 .collect();
             run.insert(query, docs);
         }
@@ -226,15 +239,95 @@ impl Run {
     }
 }
 
-/// The positions (first, repeat) of the earliest repeated document, if any.
-fn first_duplicate(docs: &[ScoredDoc]) -> Option<(usize, usize)> {
-    let mut order: Vec<usize> = (0..docs.len()).collect();
-    order.sort_unstable_by(|&a, &b| docs[a].id.cmp(&docs[b].id).then(a.cmp(&b)));
-    order
-        .windows(2)
-        .filter(|w| docs[w[0]].id == docs[w[1]].id)
-        .map(|w| (w[0], w[1]))
-        .min_by_key(|&(_, again)| again)
+/// One query's lines of a TREC run, as read from one chunk of the file.
+struct Group<'a> {
+    query: &'a str,
+    docs: Vec<ScoredDoc>,
+    /// Not yet checked for repeated documents.
+    unchecked: bool,
+}
+
+/// What one chunk of a TREC run file holds: its queries' groups, with one
+/// shared copy of each document id, and the first repeat seen in a block.
+#[derive(Default)]
+struct Chunk<'a> {
+    groups: Vec<Group<'a>>,
+    /// Query → its first group in this chunk.
+    slot: FxHashMap<&'a str, usize>,
+    /// Document id → its shared copy and the group where it was last seen.
+    ids: FxHashMap<&'a str, (Arc<str>, usize)>,
+    /// (query, doc) of the first repeat seen.
+    duplicate: Option<(&'a str, &'a str)>,
+}
+
+impl<'a> Chunk<'a> {
+    fn push(&mut self, query: &'a str, doc: &'a str, score: f64) {
+        let g = match self.groups.last() {
+            Some(last) if last.query == query => self.groups.len() - 1,
+            last => {
+                // Rankings usually have the same depth: size the next like the last.
+                let capacity = last.map_or(0, |g| g.docs.len());
+                let g = self.groups.len();
+                // A query met again after others is checked when joining.
+                if let Some(&earlier) = self.slot.get(query) {
+                    self.groups[earlier].unchecked = true;
+                } else {
+                    self.slot.insert(query, g);
+                }
+                self.groups.push(Group {
+                    query,
+                    docs: Vec::with_capacity(capacity),
+                    unchecked: false,
+                });
+                g
+            }
+        };
+        let (id, last_group) = self
+            .ids
+            .entry(doc)
+            .or_insert_with(|| (Arc::from(doc), usize::MAX));
+        // Within one block of a query's lines, a repeat is seen at once.
+        if *last_group == g && self.duplicate.is_none() {
+            self.duplicate = Some((query, doc));
+        }
+        *last_group = g;
+        self.groups[g].docs.push(ScoredDoc {
+            id: Arc::clone(id),
+            score,
+        });
+    }
+}
+
+/// The first document listed twice, if any.
+fn first_duplicate(docs: &[ScoredDoc]) -> Option<&str> {
+    let mut ids: Vec<&str> = docs.iter().map(|d| &*d.id).collect();
+    ids.sort_unstable();
+    ids.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
+}
+
+/// The error for a document listed twice for a query, naming both lines
+/// (found by reading the file again: this is the error path only).
+fn duplicate_error(path: &Path, bytes: &[u8], query: &str, doc: &str) -> Error {
+    let mut lines = Vec::new();
+    let text = String::from_utf8_lossy(bytes);
+    for (i, line) in text.lines().enumerate() {
+        let mut columns = line.split_ascii_whitespace();
+        if columns.next() == Some(query) && columns.nth(1) == Some(doc) {
+            lines.push(i + 1);
+            if lines.len() == 2 {
+                break;
+            }
+        }
+    }
+    let (first, again) = (lines.first().copied(), lines.get(1).copied());
+    Error::input(
+        again.map_or_else(|| Location::file(path), |l| Location::line(path, l)),
+        Some("doc_id"),
+        format!(
+            "{doc} is listed twice for query {query}{}",
+            first.map_or(String::new(), |l| format!(" (first on line {l})"))
+        ),
+    )
 }
 
 #[cfg(test)]
@@ -242,17 +335,14 @@ mod tests {
     use super::*;
 
     fn doc(id: &str, score: f64) -> ScoredDoc {
-        ScoredDoc {
-            id: id.to_owned(),
-            score,
-        }
+        ScoredDoc::new(id, score)
     }
 
     #[test]
     fn ties_break_by_id_descending() {
         let mut docs = vec![doc("a", 1.0), doc("c", 0.5), doc("b", 1.0), doc("d", 2.0)];
         sort_trec(&mut docs);
-        let ids: Vec<&str> = docs.iter().map(|d| d.id.as_str()).collect();
+        let ids: Vec<&str> = docs.iter().map(|d| &*d.id).collect();
         assert_eq!(ids, ["d", "b", "a", "c"]);
     }
 
@@ -260,6 +350,6 @@ mod tests {
     fn negative_zero_ties_with_zero() {
         let mut docs = vec![doc("a", 0.0), doc("b", -0.0)];
         sort_trec(&mut docs);
-        assert_eq!(docs[0].id, "b");
+        assert_eq!(&*docs[0].id, "b");
     }
 }

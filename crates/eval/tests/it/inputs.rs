@@ -272,6 +272,34 @@ fn trec_run_errors_name_line_and_column() {
     assert_names(&d, &path, 3, "doc_id");
     assert!(d.message.contains("first on line 1"), "{d}");
 
+    // A repeat within one block of a query's lines.
+    let path = write(
+        &dir,
+        "r.trec",
+        b"q1 Q0 a 1 0.5 t\nq1 Q0 b 2 0.4 t\nq1 Q0 a 3 0.3 t\n",
+    );
+    let d = input_error(Run::read_trec(&path));
+    assert_names(&d, &path, 3, "doc_id");
+    assert!(d.message.contains("first on line 1"), "{d}");
+
+    // A repeat far apart in a large file, where the query's lines are split
+    // between chunks read in parallel.
+    let mut big = String::new();
+    for i in 0..40_000 {
+        big.push_str(&format!("q1 Q0 doc-{i} {i} 0.5 t\n"));
+    }
+    big.push_str("q1 Q0 doc-7 0 0.1 t\n");
+    let path = write(&dir, "big.trec", big.as_bytes());
+    let d = input_error(Run::read_trec(&path));
+    assert_names(&d, &path, 40_001, "doc_id");
+    assert!(d.message.contains("first on line 8"), "{d}");
+    big.truncate(big.len() - "q1 Q0 doc-7 0 0.1 t\n".len());
+    std::fs::write(&path, &big).unwrap();
+    assert_eq!(
+        Run::read_trec(&path).unwrap().get("q1").unwrap().len(),
+        40_000
+    );
+
     let path = write(&dir, "r.trec", b"q1 Q0 a 1 0.5 t\nq1 Q0 b\xff 2 0.4 t\n");
     assert_names(&input_error(Run::read_trec(&path)), &path, 2, "doc_id");
 

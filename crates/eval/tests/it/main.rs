@@ -1,4 +1,5 @@
 //! Integration tests of the eval crate (one test binary).
+#![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
 mod hub;
 mod inputs;
