@@ -152,6 +152,31 @@ impl Dataset {
     }
 }
 
+/// An id must not be blank nor seen before in its file.
+fn check_new_id(
+    seen: &mut HashMap<String, usize>,
+    id: &str,
+    here: &Location,
+    what: &str,
+) -> Result<()> {
+    if py_strip(id).is_empty() {
+        return Err(Error::input(
+            here.clone(),
+            Some("id"),
+            format!("empty {what} id"),
+        ));
+    }
+    let line = here.line.unwrap_or(0);
+    if let Some(first) = seen.insert(id.to_owned(), line) {
+        return Err(Error::input(
+            here.clone(),
+            Some("id"),
+            format!("duplicate {what} id {id:?} (first on line {first})"),
+        ));
+    }
+    Ok(())
+}
+
 #[derive(Deserialize)]
 struct RawSkill {
     id: String,
@@ -168,16 +193,7 @@ fn read_skills(path: &Path, warnings: &mut Vec<Diagnostic>) -> Result<Vec<Skill>
     let mut seen: HashMap<String, usize> = HashMap::new();
     for_each_record(path, |line, raw: RawSkill| {
         let here = Location::line(path, line);
-        if py_strip(&raw.id).is_empty() {
-            return Err(Error::input(here, Some("id"), "empty skill id"));
-        }
-        if let Some(first) = seen.insert(raw.id.clone(), line) {
-            return Err(Error::input(
-                here,
-                Some("id"),
-                format!("duplicate skill id {:?} (first on line {first})", raw.id),
-            ));
-        }
+        check_new_id(&mut seen, &raw.id, &here, "skill")?;
         for (field, value) in [("name", &raw.name), ("description", &raw.description)] {
             if value.is_none() {
                 warnings.push(Diagnostic::new(
@@ -229,16 +245,7 @@ fn read_queries(path: &Path) -> Result<(Vec<Query>, Vec<usize>)> {
     let mut seen: HashMap<String, usize> = HashMap::new();
     for_each_record(path, |line, raw: RawQuery| {
         let here = Location::line(path, line);
-        if py_strip(&raw.id).is_empty() {
-            return Err(Error::input(here, Some("id"), "empty query id"));
-        }
-        if let Some(first) = seen.insert(raw.id.clone(), line) {
-            return Err(Error::input(
-                here,
-                Some("id"),
-                format!("duplicate query id {:?} (first on line {first})", raw.id),
-            ));
-        }
+        check_new_id(&mut seen, &raw.id, &here, "query")?;
         if py_strip(&raw.query).is_empty() {
             return Err(Error::input(here, Some("query"), "empty query text"));
         }

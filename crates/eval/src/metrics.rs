@@ -300,19 +300,8 @@ fn score_query(
     metrics: &[Metric],
     max_grade: i64,
 ) -> Vec<f64> {
-    let ranked = ranked(docs);
-    // Grade at each rank; unjudged documents (and negative grades, which
-    // trec_eval treats as unjudged) are not relevant.
-    let grades: Vec<i64> = ranked
-        .iter()
-        .map(|d| judged.get(&*d.id).copied().unwrap_or(-1))
-        .collect();
-    let mut ideal: Vec<i64> = judged.values().copied().filter(|&g| g >= 1).collect();
-    ideal.sort_unstable_by(|a, b| b.cmp(a));
-    let num_rel = ideal.len();
-    let num_rel_f = num_rel as f64;
-
-    // Prefix sums over ranks 1..=depth, index r holding the value of the top r.
+    // The deepest cut-off: ranks below it matter only where a relevant
+    // document sits (MRR, RBP).
     let depth = metrics
         .iter()
         .filter_map(|m| match m {
@@ -327,6 +316,14 @@ fn score_query(
         })
         .max()
         .unwrap_or(0);
+    let ranking = Ranking::new(judged, docs, depth);
+    let grades = &ranking.top;
+    let mut ideal: Vec<i64> = judged.values().copied().filter(|&g| g >= 1).collect();
+    ideal.sort_unstable_by(|a, b| b.cmp(a));
+    let num_rel = ideal.len();
+    let num_rel_f = num_rel as f64;
+
+    // Prefix sums over ranks 1..=depth, index r holding the value of the top r.
     let mut hits = vec![0usize; depth + 1];
     let mut dcg = vec![0.0f64; depth + 1];
     let mut idcg = vec![0.0f64; depth + 1];
@@ -371,18 +368,20 @@ fn score_query(
             Metric::Completeness(k) => f64::from(u8::from(num_rel > 0 && hits[k] == num_rel)),
             Metric::HitRate(k) => f64::from(u8::from(hits[k] > 0)),
             Metric::Err(k) => err[k],
-            Metric::Mrr => grades
-                .iter()
-                .position(|&g| g >= 1)
-                .map_or(0.0, |i| 1.0 / (i + 1) as f64),
+            Metric::Mrr => ranking
+                .relevant()
+                .next()
+                .map_or(0.0, |(rank, _)| 1.0 / rank as f64),
             Metric::Rbp(p) => {
                 let mut sum = 0.0;
                 let mut weight = 1.0 - p;
-                for &g in &grades {
-                    if g >= 1 {
-                        sum += weight * (g.min(max_grade) as f64 / max_grade as f64);
+                let mut at = 1;
+                for (rank, g) in ranking.relevant() {
+                    while at < rank {
+                        weight *= p;
+                        at += 1;
                     }
-                    weight *= p;
+                    sum += weight * (g.min(max_grade) as f64 / max_grade as f64);
                 }
                 sum
             }
@@ -390,35 +389,89 @@ fn score_query(
         .collect()
 }
 
-/// The documents in [`trec_order`]. Sorting compares integer keys (the
-/// score's bits, then the first eight bytes of the id) and reads whole ids
-/// only when both are equal.
-fn ranked(docs: &[ScoredDoc]) -> Vec<&ScoredDoc> {
-    fn score_key(score: f64) -> u64 {
-        // Adding 0.0 turns -0.0 into 0.0, which trec_eval treats as equal.
-        let bits = (score + 0.0).to_bits();
-        if bits >> 63 == 1 {
-            !bits
-        } else {
-            bits | 1 << 63
+/// A query's ranking, as far as the metrics need it: the grade at each of the
+/// top `depth` ranks, and the rank and grade of every relevant document below.
+/// Unjudged documents (and negative grades, which trec_eval treats as
+/// unjudged) get grade −1.
+///
+/// Only the top `depth` documents are sorted; the rank of a relevant document
+/// below them is counted directly, so a deep run costs little more than a
+/// shallow one.
+struct Ranking {
+    top: Vec<i64>,
+    deeper_relevant: Vec<(usize, i64)>,
+}
+
+/// A document with its sort keys and grade.
+type Keyed<'a> = (u64, u64, &'a ScoredDoc, i64);
+
+impl Ranking {
+    fn new(judged: &Judgements, docs: &[ScoredDoc], depth: usize) -> Self {
+        let mut keyed: Vec<Keyed<'_>> = docs
+            .iter()
+            .map(|d| {
+                let grade = judged.get(&*d.id).copied().filter(|&g| g >= 0);
+                (score_key(d.score), id_key(&d.id), d, grade.unwrap_or(-1))
+            })
+            .collect();
+        let depth = depth.min(keyed.len());
+        if depth > 0 && depth < keyed.len() {
+            keyed.select_nth_unstable_by(depth - 1, before);
+        }
+        let (top, rest) = keyed.split_at_mut(depth);
+        top.sort_unstable_by(before);
+        let mut deeper_relevant: Vec<(usize, i64)> = rest
+            .iter()
+            .filter(|d| d.3 >= 1)
+            .map(|d| {
+                let ahead = rest.iter().filter(|o| before(o, d).is_lt()).count();
+                (depth + ahead + 1, d.3)
+            })
+            .collect();
+        deeper_relevant.sort_unstable();
+        Self {
+            top: top.iter().map(|d| d.3).collect(),
+            deeper_relevant,
         }
     }
-    fn id_key(id: &str) -> u64 {
-        let mut head = [0u8; 8];
-        let n = id.len().min(8);
-        head[..n].copy_from_slice(&id.as_bytes()[..n]);
-        u64::from_be_bytes(head)
+
+    /// (rank, grade) of every relevant document, by rank.
+    fn relevant(&self) -> impl Iterator<Item = (usize, i64)> + '_ {
+        self.top
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| **g >= 1)
+            .map(|(i, &g)| (i + 1, g))
+            .chain(self.deeper_relevant.iter().copied())
     }
-    let mut keyed: Vec<(u64, u64, &ScoredDoc)> = docs
-        .iter()
-        .map(|d| (score_key(d.score), id_key(&d.id), d))
-        .collect();
-    keyed.sort_unstable_by(|a, b| {
-        (b.0, b.1)
-            .cmp(&(a.0, a.1))
-            .then_with(|| trec_order(a.2, b.2))
-    });
-    keyed.into_iter().map(|(_, _, d)| d).collect()
+}
+
+/// [`trec_order`] on keyed documents: the score's bits, then the first eight
+/// bytes of the id, and whole ids only when both tie.
+fn before(a: &Keyed<'_>, b: &Keyed<'_>) -> std::cmp::Ordering {
+    (b.0, b.1)
+        .cmp(&(a.0, a.1))
+        .then_with(|| trec_order(a.2, b.2))
+}
+
+/// An order-preserving integer for a score. Adding 0.0 turns −0.0 into 0.0,
+/// which trec_eval treats as equal.
+fn score_key(score: f64) -> u64 {
+    let bits = (score + 0.0).to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | 1 << 63
+    }
+}
+
+/// The first eight bytes of an id, zero-padded, as a big-endian integer: the
+/// same order as the bytes, with ties where the ids share those bytes.
+fn id_key(id: &str) -> u64 {
+    let mut head = [0u8; 8];
+    let n = id.len().min(8);
+    head[..n].copy_from_slice(&id.as_bytes()[..n]);
+    u64::from_be_bytes(head)
 }
 
 /// ERR's probability that a user stops at a document of grade `g`:
@@ -480,6 +533,56 @@ mod tests {
         // Judged, but nothing relevant: never complete.
         let (judged, docs) = ranked(&[("a", 0)], &["a"]);
         assert_eq!(score_query(&judged, &docs, &metrics, 1), [0.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn partial_ranking_agrees_with_a_full_sort() {
+        // A small linear congruential generator: deterministic, no dependency.
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |n: u64| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            (state >> 33) % n
+        };
+        for _ in 0..500 {
+            let n = next(40) as usize;
+            let docs: Vec<ScoredDoc> = (0..n)
+                .map(|i| {
+                    // Few distinct scores and ids sharing long prefixes: many ties.
+                    let id = format!("skill-{}-{i}", next(3));
+                    ScoredDoc::new(id, next(5) as f64 - 2.0)
+                })
+                .collect();
+            let mut judged = Judgements::default();
+            for d in &docs {
+                if next(3) == 0 {
+                    judged.insert(d.id.to_string(), next(4) as i64 - 1);
+                }
+            }
+            let mut sorted = docs.clone();
+            crate::run::sort_trec(&mut sorted);
+            let grades: Vec<i64> = sorted
+                .iter()
+                .map(|d| {
+                    judged
+                        .get(&*d.id)
+                        .copied()
+                        .filter(|&g| g >= 0)
+                        .unwrap_or(-1)
+                })
+                .collect();
+            let depth = next(25) as usize;
+            let ranking = Ranking::new(&judged, &docs, depth);
+            assert_eq!(ranking.top, grades[..depth.min(n)]);
+            let expected: Vec<(usize, i64)> = grades
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| **g >= 1)
+                .map(|(i, &g)| (i + 1, g))
+                .collect();
+            assert_eq!(ranking.relevant().collect::<Vec<_>>(), expected);
+        }
     }
 
     #[test]

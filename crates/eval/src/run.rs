@@ -1,5 +1,6 @@
 //! Rankings to be scored: `query id → [(document id, score)]`.
 
+use std::cell::Cell;
 use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::path::Path;
@@ -254,8 +255,9 @@ struct Chunk<'a> {
     groups: Vec<Group<'a>>,
     /// Query → its first group in this chunk.
     slot: FxHashMap<&'a str, usize>,
-    /// Document id → its shared copy and the group where it was last seen.
-    ids: FxHashMap<&'a str, (Arc<str>, usize)>,
+    /// Each document id, shared, with the group where it was last seen. Keyed
+    /// by the shared copy (compact, so lookups stay in cache), found by `&str`.
+    ids: FxHashMap<Arc<str>, Cell<usize>>,
     /// (query, doc) of the first repeat seen.
     duplicate: Option<(&'a str, &'a str)>,
 }
@@ -282,19 +284,21 @@ impl<'a> Chunk<'a> {
                 g
             }
         };
-        let (id, last_group) = self
-            .ids
-            .entry(doc)
-            .or_insert_with(|| (Arc::from(doc), usize::MAX));
-        // Within one block of a query's lines, a repeat is seen at once.
-        if *last_group == g && self.duplicate.is_none() {
-            self.duplicate = Some((query, doc));
-        }
-        *last_group = g;
-        self.groups[g].docs.push(ScoredDoc {
-            id: Arc::clone(id),
-            score,
-        });
+        let id = match self.ids.get_key_value(doc) {
+            Some((id, last_group)) => {
+                // Within one block of a query's lines, a repeat is seen at once.
+                if last_group.replace(g) == g && self.duplicate.is_none() {
+                    self.duplicate = Some((query, doc));
+                }
+                Arc::clone(id)
+            }
+            None => {
+                let id: Arc<str> = Arc::from(doc);
+                self.ids.insert(Arc::clone(&id), Cell::new(g));
+                id
+            }
+        };
+        self.groups[g].docs.push(ScoredDoc { id, score });
     }
 }
 
