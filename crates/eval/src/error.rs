@@ -76,13 +76,12 @@ impl fmt::Display for Diagnostic {
 #[non_exhaustive]
 pub enum Error {
     /// A file could not be read or written.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
+        /// The cause (shown in the message, so not repeated as a source).
+        error: std::io::Error,
     },
     /// A record of an input file is malformed or inconsistent.
     #[error("{0}")]
@@ -111,10 +110,10 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: &Path, error: std::io::Error) -> Self {
         Self::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         }
     }
 
