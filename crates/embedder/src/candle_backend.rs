@@ -1,0 +1,76 @@
+//! candle's `BertModel`: the engine on a CUDA GPU, and a second CPU engine
+//! that the native one is checked against.
+
+use candle_core::{D, DType, Device, IndexOp, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+
+use crate::ModelFiles;
+use crate::config::{BertConfig, Pooling, read_json};
+use crate::error::{Error, Result};
+
+pub(crate) struct CandleBert {
+    model: BertModel,
+    device: Device,
+}
+
+fn gpu() -> Result<Device> {
+    #[cfg(feature = "cuda")]
+    {
+        Device::new_cuda(0)
+            .map_err(|e| Error::Invalid(format!("no CUDA device could be opened ({e})")))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err(Error::Invalid(
+            "this build has no CUDA support (build with `--features cuda`)".to_owned(),
+        ))
+    }
+}
+
+impl CandleBert {
+    pub(crate) fn load(files: &ModelFiles, _config: &BertConfig, cuda: bool) -> Result<Self> {
+        let device = if cuda { gpu()? } else { Device::Cpu };
+        let config: Config = read_json(&files.config)?;
+        let bytes = std::fs::read(&files.weights).map_err(|e| Error::io(&files.weights, e))?;
+        let vb = VarBuilder::from_buffered_safetensors(bytes, DType::F32, &device)
+            .map_err(|e| Error::format(&files.weights, e.to_string()))?;
+        let model = BertModel::load(vb, &config)
+            .map_err(|e| Error::format(&files.weights, e.to_string()))?;
+        Ok(Self { model, device })
+    }
+
+    /// Pooled vectors of a batch, row after row.
+    pub(crate) fn forward_pooled(&self, seqs: &[Vec<u32>], pooling: Pooling) -> Result<Vec<f32>> {
+        self.run(seqs, pooling)
+            .map_err(|e| Error::Inference(e.to_string()))
+    }
+
+    fn run(&self, seqs: &[Vec<u32>], pooling: Pooling) -> candle_core::Result<Vec<f32>> {
+        let len = seqs.iter().map(Vec::len).max().unwrap_or(0);
+        let mut ids = Vec::with_capacity(seqs.len() * len);
+        let mut mask = Vec::with_capacity(seqs.len() * len);
+        for seq in seqs {
+            ids.extend(
+                seq.iter()
+                    .copied()
+                    .chain(std::iter::repeat_n(0, len - seq.len())),
+            );
+            mask.extend((0..len).map(|t| u32::from(t < seq.len())));
+        }
+        let shape = (seqs.len(), len);
+        let ids = Tensor::from_vec(ids, shape, &self.device)?;
+        let mask = Tensor::from_vec(mask, shape, &self.device)?;
+        let types = ids.zeros_like()?;
+        let states = self.model.forward(&ids, &types, Some(&mask))?;
+        let pooled = match pooling {
+            Pooling::Cls => states.i((.., 0))?,
+            Pooling::Mean => {
+                let mask = mask.to_dtype(DType::F32)?.unsqueeze(D::Minus1)?;
+                let sum = states.broadcast_mul(&mask)?.sum(1)?;
+                sum.broadcast_div(&mask.sum(1)?)?
+            }
+        };
+        pooled.flatten_all()?.to_vec1::<f32>()
+    }
+}

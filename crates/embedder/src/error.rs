@@ -1,0 +1,89 @@
+//! The crate's error type: load failures name the file and what is wrong.
+
+use std::path::{Path, PathBuf};
+
+/// Everything that can go wrong loading or running an encoder.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file could not be read or written.
+    #[error("{}: {error}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        error: std::io::Error,
+    },
+    /// A file the model needs is not there.
+    #[error("{}: missing ({what})", path.display())]
+    MissingFile {
+        /// The expected path.
+        path: PathBuf,
+        /// What the file is for.
+        what: &'static str,
+    },
+    /// A file is there but cannot be used (malformed JSON, safetensors, E5S1, …).
+    #[error("{}: {message}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A weight the architecture needs is absent.
+    #[error("{}: no tensor `{name}` (nor `bert.{name}`)", path.display())]
+    MissingTensor {
+        /// The weights file.
+        path: PathBuf,
+        /// The tensor name.
+        name: String,
+    },
+    /// A weight has another shape than the config implies.
+    #[error("{}: tensor `{name}` has shape {actual:?}, but config.json implies {expected:?}", path.display())]
+    Shape {
+        /// The weights file.
+        path: PathBuf,
+        /// The tensor name.
+        name: String,
+        /// The shape the config implies.
+        expected: Vec<usize>,
+        /// The shape in the file.
+        actual: Vec<usize>,
+    },
+    /// The tokenizer cannot feed this model.
+    #[error("{}: tokenizer does not match the model: {message}", path.display())]
+    TokenizerMismatch {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// What does not match.
+        message: String,
+    },
+    /// The Hub could not be used.
+    #[error("{0}")]
+    Hub(String),
+    /// An option or input that cannot be used.
+    #[error("{0}")]
+    Invalid(String),
+    /// Running the model failed.
+    #[error("inference failed: {0}")]
+    Inference(String),
+}
+
+impl Error {
+    pub(crate) fn io(path: &Path, error: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_path_buf(),
+            error,
+        }
+    }
+
+    pub(crate) fn format(path: &Path, message: impl Into<String>) -> Self {
+        Self::Format {
+            path: path.to_path_buf(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

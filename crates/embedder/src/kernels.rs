@@ -1,0 +1,390 @@
+//! CPU kernels of the native encoder: a checked wrapper over the `gemm`
+//! crate's matrix product, and row operations (LayerNorm, softmax, GELU)
+//! written so that the compiler vectorises them, compiled for AVX-512 and
+//! AVX2 and chosen at run time.
+
+use gemm::Parallelism;
+
+/// A strided view of a row-major or transposed matrix inside a slice.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct View<'a> {
+    pub(crate) data: &'a [f32],
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    /// Step between rows.
+    pub(crate) rs: usize,
+    /// Step between columns.
+    pub(crate) cs: usize,
+}
+
+impl<'a> View<'a> {
+    /// A row-major matrix with leading dimension `ld`.
+    pub(crate) fn rows(data: &'a [f32], rows: usize, cols: usize, ld: usize) -> Self {
+        Self {
+            data,
+            rows,
+            cols,
+            rs: ld,
+            cs: 1,
+        }
+    }
+
+    /// The transpose of a row-major `cols × rows` matrix with leading dimension `ld`.
+    pub(crate) fn transposed(data: &'a [f32], rows: usize, cols: usize, ld: usize) -> Self {
+        Self {
+            data,
+            rows,
+            cols,
+            rs: 1,
+            cs: ld,
+        }
+    }
+
+    fn check(&self, what: &str) {
+        if self.rows > 0 && self.cols > 0 {
+            let last = (self.rows - 1) * self.rs + (self.cols - 1) * self.cs;
+            assert!(last < self.data.len(), "{what} view out of bounds");
+        }
+    }
+}
+
+/// `dst = (accumulate ? dst : 0) + lhs · rhs`, with `dst` row-major
+/// (`m × n`, leading dimension `ldd`). Bounds are checked before the
+/// unchecked product runs.
+pub(crate) fn matmul(
+    dst: &mut [f32],
+    ldd: usize,
+    lhs: View<'_>,
+    rhs: View<'_>,
+    accumulate: bool,
+    parallel: bool,
+) {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    assert_eq!(rhs.rows, k, "inner dimensions differ");
+    lhs.check("lhs");
+    rhs.check("rhs");
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!((m - 1) * ldd + n <= dst.len(), "dst out of bounds");
+    if k == 0 {
+        if !accumulate {
+            for row in dst.chunks_mut(ldd).take(m) {
+                row[..n].fill(0.0);
+            }
+        }
+        return;
+    }
+    let parallelism = if parallel {
+        Parallelism::Rayon(0)
+    } else {
+        Parallelism::None
+    };
+    let stride = |s: usize| isize::try_from(s).expect("stride fits isize");
+    // SAFETY: every element the product reads or writes lies inside the
+    // slices, as checked above (last row and column of each operand); `dst`
+    // is borrowed mutably and the operands immutably, so they do not alias.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            stride(ldd),
+            accumulate,
+            lhs.data.as_ptr(),
+            stride(lhs.cs),
+            stride(lhs.rs),
+            rhs.data.as_ptr(),
+            stride(rhs.cs),
+            stride(rhs.rs),
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+/// Defines a function whose body is compiled three times (AVX-512, AVX2+FMA,
+/// baseline) and picks the best one the CPU supports at run time.
+macro_rules! multiversion {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $(#[$meta])*
+        $vis fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
+                unsafe fn v4($($arg: $ty),*) $body
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn v3($($arg: $ty),*) $body
+                if std::is_x86_feature_detected!("avx512f")
+                    && std::is_x86_feature_detected!("avx512bw")
+                    && std::is_x86_feature_detected!("avx512dq")
+                    && std::is_x86_feature_detected!("avx512vl")
+                    && std::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: the features it was compiled for are present.
+                    return unsafe { v4($($arg),*) };
+                }
+                if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                    // SAFETY: the features it was compiled for are present.
+                    return unsafe { v3($($arg),*) };
+                }
+            }
+            fn baseline($($arg: $ty),*) $body
+            baseline($($arg),*)
+        }
+    };
+}
+
+const LANES: usize = 16;
+
+/// e^x to about 2e-7 relative error, branch-free so that it vectorises:
+/// 2^n · e^r with n = round(x / ln 2), |r| ≤ ln 2 / 2, and a degree-7 Taylor
+/// polynomial for e^r.
+#[inline(always)]
+fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    let x = x.clamp(-87.3, 88.7);
+    let n = (x * LOG2E).round_ties_even();
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let mut p: f32 = 1.0 / 5040.0;
+    p = p.mul_add(r, 1.0 / 720.0);
+    p = p.mul_add(r, 1.0 / 120.0);
+    p = p.mul_add(r, 1.0 / 24.0);
+    p = p.mul_add(r, 1.0 / 6.0);
+    p = p.mul_add(r, 0.5);
+    p = p.mul_add(r, 1.0);
+    p = p.mul_add(r, 1.0);
+    // n is in [-126, 128]; build 2^n from its exponent bits (2^128 only for
+    // x near the clamp, where the polynomial is below 1 and the product
+    // stays finite after the split below).
+    let n = n as i32;
+    let half = n / 2;
+    let a = f32::from_bits(((half + 127) as u32) << 23);
+    let b = f32::from_bits(((n - half + 127) as u32) << 23);
+    p * a * b
+}
+
+/// erf(x) to about 2e-7 absolute error (Abramowitz and Stegun 7.1.26
+/// refined), branch-free.
+#[inline(always)]
+fn erf(x: f32) -> f32 {
+    // A&S 7.1.26 has error 1.5e-7; good for a cosine of 0.9999999.
+    const P: f32 = 0.327_591_1;
+    const A1: f32 = 0.254_829_6;
+    const A2: f32 = -0.284_496_74;
+    const A3: f32 = 1.421_413_7;
+    const A4: f32 = -1.453_152_1;
+    const A5: f32 = 1.061_405_4;
+    let a = x.abs();
+    let t = 1.0 / P.mul_add(a, 1.0);
+    let mut y = A5;
+    y = y.mul_add(t, A4);
+    y = y.mul_add(t, A3);
+    y = y.mul_add(t, A2);
+    y = y.mul_add(t, A1);
+    let e = 1.0 - y * t * exp(-a * a);
+    e.copysign(x)
+}
+
+#[inline(always)]
+fn tanh(x: f32) -> f32 {
+    // tanh(x) = 1 - 2 / (e^{2x} + 1), stable over the clamped range of exp.
+    1.0 - 2.0 / (exp(2.0 * x) + 1.0)
+}
+
+multiversion! {
+    /// GELU in place: exact (erf) or the tanh approximation.
+    pub(crate) fn gelu(xs: &mut [f32], tanh_form: bool) {
+        if tanh_form {
+            const C: f32 = 0.797_884_6; // sqrt(2 / pi)
+            for x in xs.iter_mut() {
+                let v = *x;
+                *x = 0.5 * v * (1.0 + tanh(C * (v + 0.044_715 * v * v * v)));
+            }
+        } else {
+            for x in xs.iter_mut() {
+                let v = *x;
+                *x = 0.5 * v * (1.0 + erf(v * std::f32::consts::FRAC_1_SQRT_2));
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// Softmax of `row · scale`, in place.
+    pub(crate) fn softmax(row: &mut [f32], scale: f32) {
+        let mut lanes = [f32::NEG_INFINITY; LANES];
+        let mut chunks = row.chunks_exact(LANES);
+        for chunk in &mut chunks {
+            for (l, &v) in lanes.iter_mut().zip(chunk) {
+                *l = l.max(v);
+            }
+        }
+        let mut max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        for &v in chunks.remainder() {
+            max = max.max(v);
+        }
+        let shift = max * scale;
+        let mut sums = [0.0f32; LANES];
+        let mut chunks = row.chunks_exact_mut(LANES);
+        for chunk in &mut chunks {
+            for (s, v) in sums.iter_mut().zip(chunk.iter_mut()) {
+                *v = exp(v.mul_add(scale, -shift));
+                *s += *v;
+            }
+        }
+        let mut sum: f32 = sums.iter().sum();
+        for v in chunks.into_remainder() {
+            *v = exp(v.mul_add(scale, -shift));
+            sum += *v;
+        }
+        let inv = 1.0 / sum;
+        for v in row.iter_mut() {
+            *v *= inv;
+        }
+    }
+}
+
+multiversion! {
+    /// LayerNorm of each `width`-wide row of `xs`, in place.
+    pub(crate) fn layer_norm(xs: &mut [f32], width: usize, weight: &[f32], bias: &[f32], eps: f32) {
+        let n = width as f32;
+        for row in xs.chunks_exact_mut(width) {
+            let mut lanes = [0.0f32; LANES];
+            let mut chunks = row.chunks_exact(LANES);
+            for chunk in &mut chunks {
+                for (l, &v) in lanes.iter_mut().zip(chunk) {
+                    *l += v;
+                }
+            }
+            let mean = (lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()) / n;
+            let mut lanes = [0.0f32; LANES];
+            let mut chunks = row.chunks_exact(LANES);
+            for chunk in &mut chunks {
+                for (l, &v) in lanes.iter_mut().zip(chunk) {
+                    let d = v - mean;
+                    *l = d.mul_add(d, *l);
+                }
+            }
+            let tail: f32 = chunks.remainder().iter().map(|&v| (v - mean) * (v - mean)).sum();
+            let var = (lanes.iter().sum::<f32>() + tail) / n;
+            let inv = 1.0 / (var + eps).sqrt();
+            for ((v, &w), &b) in row.iter_mut().zip(weight).zip(bias) {
+                *v = ((*v - mean) * inv).mul_add(w, b);
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// `dst[i] = a[i] + b[i]` over the whole slices (equal lengths).
+    pub(crate) fn add(dst: &mut [f32], a: &[f32], b: &[f32]) {
+        for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+            *d = x + y;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_and_erf_are_accurate() {
+        let mut worst_exp = 0.0f64;
+        let mut worst_erf = 0.0f64;
+        for i in -8000..=8000 {
+            let x = i as f32 / 100.0;
+            let want = f64::from(x).exp();
+            if want > 1e-30 && want < 1e30 {
+                worst_exp = worst_exp.max(((f64::from(exp(x)) - want) / want).abs());
+            }
+            let x = i as f32 / 1000.0;
+            // erf from the standard library of f64 via a series is not
+            // available; compare against a high-order reference instead.
+            let want = erf_reference(f64::from(x));
+            worst_erf = worst_erf.max((f64::from(erf(x)) - want).abs());
+        }
+        assert!(worst_exp < 3e-7, "exp relative error {worst_exp}");
+        assert!(worst_erf < 3e-7, "erf absolute error {worst_erf}");
+    }
+
+    /// erf by its Taylor series (|x| < 3) or continued fraction, in f64.
+    fn erf_reference(x: f64) -> f64 {
+        if x.abs() > 5.0 {
+            return x.signum();
+        }
+        let mut sum: f64 = 0.0;
+        let mut term = x;
+        let mut n = 0.0;
+        while term.abs() > 1e-17 * sum.abs().max(1e-300) || n < 5.0 {
+            sum += term / (2.0 * n + 1.0);
+            n += 1.0;
+            term *= -x * x / n;
+            if n > 200.0 {
+                break;
+            }
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    }
+
+    #[test]
+    fn softmax_matches_the_definition() {
+        let mut row: Vec<f32> = (0..37).map(|i| (i as f32 * 0.7).sin() * 5.0).collect();
+        let scale = 0.3;
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let want: Vec<f64> = {
+            let e: Vec<f64> = row
+                .iter()
+                .map(|&v| f64::from((v - max) * scale).exp())
+                .collect();
+            let s: f64 = e.iter().sum();
+            e.iter().map(|v| v / s).collect()
+        };
+        softmax(&mut row, scale);
+        for (got, want) in row.iter().zip(&want) {
+            assert!((f64::from(*got) - want).abs() < 1e-6, "{got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn layer_norm_and_gelu() {
+        let mut xs: Vec<f32> = (0..40).map(|i| i as f32).collect();
+        layer_norm(&mut xs, 20, &[1.0; 20], &[0.5; 20], 1e-12);
+        for row in xs.chunks(20) {
+            let mean: f32 = row.iter().sum::<f32>() / 20.0;
+            assert!((mean - 0.5).abs() < 1e-5);
+        }
+        let mut g = vec![-3.0f32, -1.0, 0.0, 0.5, 2.0];
+        gelu(&mut g, false);
+        let want = [-0.004_049_7, -0.158_655_25, 0.0, 0.345_731_1, 1.954_5];
+        for (a, b) in g.iter().zip(want) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn matmul_with_transposed_rhs_and_accumulation() {
+        // a: 2x3, b stored as 2x3 (so bᵀ is 3x2); c = a·bᵀ + 1.
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let b = [1.0, 0.0, 1.0, 0.0, 1.0, 0.0];
+        let mut c = [1.0f32; 4];
+        matmul(
+            &mut c,
+            2,
+            View::rows(&a, 2, 3, 3),
+            View::transposed(&b, 3, 2, 3),
+            true,
+            false,
+        );
+        assert_eq!(c, [5.0, 3.0, 11.0, 6.0]);
+    }
+}

@@ -1,0 +1,144 @@
+//! `pipeline embed`: texts, skills or queries in, vectors out.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use embedder::{Backend, Embedder, EmbedderOptions, Kind};
+use serde::Deserialize;
+
+use crate::cli::{BackendArg, EmbedArgs, KindArg};
+
+pub(crate) fn run(args: &EmbedArgs) -> Result<()> {
+    let texts = read_inputs(&args.input)?;
+    let mut options = EmbedderOptions::default()
+        .with_prefixes(&args.query_prefix, &args.document_prefix)
+        .with_batch_tokens(args.batch_tokens)
+        .with_backend(match args.backend {
+            BackendArg::Native => Backend::Native,
+            BackendArg::Candle => Backend::Candle,
+            BackendArg::Cuda => Backend::Cuda,
+        });
+    if let Some(n) = args.max_length {
+        options = options.with_max_length(n);
+    }
+    let dir = model_dir(&args.model, args.revision.as_deref())?;
+    let model = Embedder::from_dir(&dir, options)
+        .with_context(|| format!("loading the model {}", dir.display()))?;
+    let kind = match args.kind {
+        KindArg::Query => Kind::Query,
+        KindArg::Document => Kind::Document,
+    };
+    eprintln!(
+        "{}: {} texts, max {} tokens, {:?} pooling{}, on {}",
+        dir.display(),
+        texts.len(),
+        model.max_length(),
+        model.pooling(),
+        if model.normalize() {
+            ", normalised"
+        } else {
+            ""
+        },
+        model.device()
+    );
+
+    let started = Instant::now();
+    let ids = model.tokenize(&texts, kind)?;
+    let tokens: usize = ids.iter().map(Vec::len).sum();
+    let bar = crate::progress::bar(texts.len() as u64, "embedding");
+    let vectors = model.embed_tokens(&ids, &|done| bar.set_position(done as u64))?;
+    bar.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    eprintln!(
+        "embedded {} texts ({tokens} tokens) in {seconds:.2} s: {:.0} tokens/s",
+        texts.len(),
+        tokens as f64 / seconds.max(1e-9)
+    );
+    eval::io::write_atomically(&args.output, |out| {
+        for row in vectors.rows() {
+            serde_json::to_writer(&mut *out, row)?;
+            out.write_all(b"\n")?;
+        }
+        Ok(())
+    })
+    .with_context(|| format!("writing {}", args.output.display()))?;
+    Ok(())
+}
+
+/// A local directory, or a Hub id fetched at a pinned revision.
+pub(crate) fn model_dir(model: &str, revision: Option<&str>) -> Result<PathBuf> {
+    let path = Path::new(model);
+    if path.is_dir() {
+        return Ok(path.to_path_buf());
+    }
+    let looks_like_id = model.split('/').count() == 2 && !model.starts_with('.') && !path.exists();
+    match (looks_like_id, revision) {
+        (true, Some(revision)) => Ok(embedder::hub::model_dir(model, revision)?),
+        (true, None) => bail!(
+            "{model} is not a directory; as a Hub id it needs --revision <40-hex commit> so results are reproducible"
+        ),
+        (false, _) => bail!(
+            "{model}: no such model directory (run scripts/fetch-models.sh to install the project's models)"
+        ),
+    }
+}
+
+/// One input line: a string, a skill or a query.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Input {
+    Text(String),
+    Query {
+        query: String,
+    },
+    Skill {
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        description: Option<String>,
+        #[serde(default)]
+        skill_md: Option<String>,
+    },
+}
+
+fn read_inputs(path: &Path) -> Result<Vec<String>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut texts = Vec::new();
+    for (i, raw) in bytes.split(|&b| b == b'\n').enumerate() {
+        let line = i + 1;
+        let text = std::str::from_utf8(raw)
+            .with_context(|| format!("{}:{line}: invalid UTF-8", path.display()))?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        let input: Input = serde_json::from_str(text).map_err(|e| {
+            anyhow::anyhow!(
+                "{}:{line}: expected a JSON string, a SkillRet skill (name, description, skill_md) or a query (query): {e}",
+                path.display()
+            )
+        })?;
+        texts.push(match input {
+            Input::Text(t) => t,
+            Input::Query { query } => query,
+            Input::Skill {
+                name,
+                description,
+                skill_md,
+            } => {
+                if name.is_none() && description.is_none() && skill_md.is_none() {
+                    bail!(
+                        "{}:{line}: a record needs `query`, or a skill's `name`, `description` and `skill_md`",
+                        path.display()
+                    );
+                }
+                eval::document_text(
+                    name.as_deref().unwrap_or_default(),
+                    description.as_deref().unwrap_or_default(),
+                    skill_md.as_deref().unwrap_or_default(),
+                )
+            }
+        });
+    }
+    Ok(texts)
+}
