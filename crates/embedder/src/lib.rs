@@ -22,6 +22,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod bf16;
 mod candle_backend;
 pub mod config;
 pub mod convert;
@@ -54,6 +55,19 @@ pub enum Backend {
     Cuda,
 }
 
+/// Arithmetic of the native engine's linear layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Precision {
+    /// f32 throughout (matches sentence-transformers to cosine ≈ 1 − 1e-7).
+    #[default]
+    F32,
+    /// Linear layers in bfloat16 with f32 accumulation, on CPUs with
+    /// AVX-512 BF16 (elsewhere f32 is used, and [`Embedder::device`] says so).
+    Bf16,
+}
+
 /// What a text is: queries and documents get different prefixes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -82,6 +96,8 @@ pub struct EmbedderOptions {
     pub batch_tokens: usize,
     /// The engine.
     pub backend: Backend,
+    /// Arithmetic of the native engine's linear layers.
+    pub precision: Precision,
 }
 
 impl Default for EmbedderOptions {
@@ -94,6 +110,7 @@ impl Default for EmbedderOptions {
             document_prefix: String::new(),
             batch_tokens: 8192,
             backend: Backend::Native,
+            precision: Precision::F32,
         }
     }
 }
@@ -128,6 +145,11 @@ impl EmbedderOptions {
     /// Sets the engine.
     pub fn with_backend(mut self, backend: Backend) -> Self {
         self.backend = backend;
+        self
+    }
+    /// Sets the precision of the native engine.
+    pub fn with_precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
         self
     }
 }
@@ -256,21 +278,32 @@ impl Embedder {
             )));
         }
         let tokenizer = load_tokenizer(&files.tokenizer, &config, max_length)?;
+        let (bf16, precision_note) = match options.precision {
+            Precision::F32 => (false, "f32"),
+            Precision::Bf16 if bf16::supported() => (true, "bf16"),
+            Precision::Bf16 => (false, "f32: this CPU has no AVX-512 BF16"),
+        };
+        let native = || -> Result<(Engine, String)> {
+            Ok((
+                Engine::Native(model::NativeBert::load(&files.weights, &config, bf16)?),
+                format!(
+                    "cpu (native, {precision_note}, {} threads)",
+                    rayon::current_num_threads()
+                ),
+            ))
+        };
         let (engine, device) = match options.backend {
-            Backend::Native => (
-                Engine::Native(model::NativeBert::load(&files.weights, &config)?),
-                format!("cpu (native, {} threads)", rayon::current_num_threads()),
-            ),
+            Backend::Native => native()?,
             Backend::Candle => (
                 Engine::Candle(candle_backend::CandleBert::load(&files, &config, false)?),
                 "cpu (candle)".to_owned(),
             ),
             Backend::Cuda => match candle_backend::CandleBert::load(&files, &config, true) {
                 Ok(model) => (Engine::Candle(model), "cuda:0 (candle)".to_owned()),
-                Err(Error::Invalid(why)) => (
-                    Engine::Native(model::NativeBert::load(&files.weights, &config)?),
-                    format!("cpu (native): no GPU used, {why}"),
-                ),
+                Err(Error::Invalid(why)) => {
+                    let (engine, device) = native()?;
+                    (engine, format!("{device}: no GPU used, {why}"))
+                }
                 Err(e) => return Err(e),
             },
         };

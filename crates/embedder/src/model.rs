@@ -15,12 +15,14 @@ use crate::config::BertConfig;
 use crate::error::{Error, Result};
 use crate::kernels::{self, View, matmul};
 
-/// A dense layer, its weight stored transposed (`in × out`, row-major).
+/// A dense layer, its weight stored transposed (`in × out`, row-major), and
+/// packed in bf16 when that path is on.
 struct Linear {
     weight_t: Vec<f32>,
     bias: Vec<f32>,
     inputs: usize,
     outputs: usize,
+    packed: Option<crate::bf16::PackedWeight>,
 }
 
 impl Linear {
@@ -42,14 +44,28 @@ impl Linear {
                 }
             }
         }
-        matmul(
-            out,
+        let x = &x[..tokens * self.inputs];
+        match &self.packed {
+            Some(packed) => crate::bf16::matmul_add(out, x, tokens, packed),
+            None => matmul(
+                out,
+                self.outputs,
+                View::rows(x, tokens, self.inputs, self.inputs),
+                View::rows(&self.weight_t, self.inputs, self.outputs, self.outputs),
+                true,
+                true,
+            ),
+        }
+    }
+
+    /// Switches the layer to bf16 (the f32 weight is dropped).
+    fn to_bf16(&mut self) {
+        self.packed = Some(crate::bf16::PackedWeight::pack(
+            &self.weight_t,
+            self.inputs,
             self.outputs,
-            View::rows(&x[..tokens * self.inputs], tokens, self.inputs, self.inputs),
-            View::rows(&self.weight_t, self.inputs, self.outputs, self.outputs),
-            true,
-            true,
-        );
+        ));
+        self.weight_t = Vec::new();
     }
 }
 
@@ -152,6 +168,7 @@ impl<'a> Weights<'a> {
             bias,
             inputs,
             outputs,
+            packed: None,
         })
     }
 
@@ -174,8 +191,9 @@ fn transpose(m: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 }
 
 impl NativeBert {
-    /// Loads the weights of `config` from a safetensors file.
-    pub(crate) fn load(path: &Path, config: &BertConfig) -> Result<Self> {
+    /// Loads the weights of `config` from a safetensors file; with `bf16`,
+    /// the linear layers run in bfloat16 (the caller checks CPU support).
+    pub(crate) fn load(path: &Path, config: &BertConfig, bf16: bool) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 Error::MissingFile {
@@ -203,6 +221,18 @@ impl NativeBert {
                 output: w.linear(&format!("{p}.output.dense"), i, h)?,
                 output_norm: w.layer_norm(&format!("{p}.output.LayerNorm"), h)?,
             });
+        }
+        if bf16 {
+            for layer in &mut layers {
+                for linear in [
+                    &mut layer.qkv,
+                    &mut layer.attention_out,
+                    &mut layer.intermediate,
+                    &mut layer.output,
+                ] {
+                    linear.to_bf16();
+                }
+            }
         }
         Ok(Self {
             word: w.get("embeddings.word_embeddings.weight", &[config.vocab_size, h])?,
@@ -294,29 +324,28 @@ impl NativeBert {
             offset += seq.len();
             rest = tail;
         }
-        parts
-            .into_par_iter()
-            .for_each_init(Vec::new, |scores, (start, len, out)| {
+        parts.into_par_iter().for_each_init(
+            <(Vec<f32>, Vec<f32>)>::default,
+            |(scores, inv), (start, len, out)| {
                 scores.resize(len * len, 0.0);
+                inv.resize(len, 0.0);
                 let rows = &qkv[start * 3 * h..(start + len) * 3 * h];
                 for head in 0..heads {
                     let q = View::rows(&rows[head * d..], len, d, 3 * h);
                     let k = View::transposed(&rows[h + head * d..], d, len, 3 * h);
                     matmul(scores, len, q, k, false, false);
-                    for row in scores.chunks_exact_mut(len) {
-                        kernels::softmax(row, scale);
+                    // Exponentials only; the d outputs of each row are
+                    // normalised after the product instead of its len inputs.
+                    for (row, inv) in scores.chunks_exact_mut(len).zip(inv.iter_mut()) {
+                        *inv = kernels::softmax_unnormalized(row, scale);
                     }
                     let v = View::rows(&rows[2 * h + head * d..], len, d, 3 * h);
-                    matmul(
-                        &mut out[head * d..],
-                        h,
-                        View::rows(scores, len, len, len),
-                        v,
-                        false,
-                        false,
-                    );
+                    let out = &mut out[head * d..];
+                    matmul(out, h, View::rows(scores, len, len, len), v, false, false);
+                    kernels::scale_rows(out, h, d, inv);
                 }
-            });
+            },
+        );
     }
 }
 
@@ -335,5 +364,6 @@ fn fuse_qkv(q: &Linear, k: &Linear, v: &Linear) -> Linear {
         bias,
         inputs,
         outputs: 3 * h,
+        packed: None,
     }
 }

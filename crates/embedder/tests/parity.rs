@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use embedder::{Backend, Embedder, EmbedderOptions, Kind};
+use embedder::{Backend, Embedder, EmbedderOptions, Kind, Precision};
 use serde_json::Value;
 
 fn root() -> PathBuf {
@@ -102,6 +102,10 @@ fn texts(sample: &Path, reference: &Value) -> (Vec<String>, Vec<String>) {
 }
 
 fn check(model: &str, backend: Backend, limit: usize) {
+    check_with(model, backend, Precision::F32, limit, 0.9999);
+}
+
+fn check_with(model: &str, backend: Backend, precision: Precision, limit: usize, bound: f64) {
     let Some((sample, dir)) = inputs(model) else {
         return;
     };
@@ -122,7 +126,8 @@ fn check(model: &str, backend: Backend, limit: usize) {
             reference["query_prefix"].as_str().unwrap(),
             reference["document_prefix"].as_str().unwrap(),
         )
-        .with_backend(backend);
+        .with_backend(backend)
+        .with_precision(precision);
     let embedder = Embedder::from_dir(&dir, options).unwrap();
     for (kind, texts, entry) in [
         (Kind::Document, &docs, &reference["documents"]),
@@ -135,9 +140,12 @@ fn check(model: &str, backend: Backend, limit: usize) {
         for (i, want) in want.iter().enumerate().take(n) {
             let c = cosine(got.row(i), want);
             worst = worst.min(c);
-            assert!(c >= 0.9999, "{model} {kind:?} {i}: cosine {c}");
+            assert!(c >= bound, "{model} {kind:?} {i}: cosine {c}");
         }
-        eprintln!("{model} {backend:?} {kind:?}: {n} texts, worst cosine {worst:.9}");
+        eprintln!(
+            "{model} {backend:?} {precision:?} ({}) {kind:?}: {n} texts, worst cosine {worst:.9}",
+            embedder.device()
+        );
     }
 }
 
@@ -159,4 +167,26 @@ fn minilm_candle_matches_sentence_transformers() {
 #[test]
 fn e5_candle_matches_sentence_transformers() {
     check("multilingual-e5-small", Backend::Candle, 8);
+}
+
+#[test]
+fn minilm_bf16_stays_within_0_999() {
+    check_with(
+        "all-MiniLM-L6-v2",
+        Backend::Native,
+        Precision::Bf16,
+        usize::MAX,
+        0.999,
+    );
+}
+
+#[test]
+fn e5_bf16_stays_within_0_999() {
+    check_with(
+        "multilingual-e5-small",
+        Backend::Native,
+        Precision::Bf16,
+        usize::MAX,
+        0.999,
+    );
 }

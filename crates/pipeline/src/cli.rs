@@ -92,6 +92,20 @@ pub struct EmbedArgs {
     /// else native on the CPU, with a note).
     #[arg(long, value_enum, default_value_t = BackendArg::Native)]
     pub backend: BackendArg,
+
+    /// Arithmetic of the native engine's linear layers: f32, or bf16 (AVX-512
+    /// BF16 CPUs; about 1.6x faster, cosine ≥ 0.999 to f32).
+    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
+    pub precision: PrecisionArg,
+}
+
+/// Precisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PrecisionArg {
+    /// f32 throughout.
+    F32,
+    /// bfloat16 linear layers with f32 accumulation.
+    Bf16,
 }
 
 /// Input kinds.

@@ -4,10 +4,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use embedder::{Backend, Embedder, EmbedderOptions, Kind};
+use embedder::{Backend, Embedder, EmbedderOptions, Kind, Precision};
 use serde::Deserialize;
 
-use crate::cli::{BackendArg, EmbedArgs, KindArg};
+use crate::cli::{BackendArg, EmbedArgs, KindArg, PrecisionArg};
 
 pub(crate) fn run(args: &EmbedArgs) -> Result<()> {
     let texts = read_inputs(&args.input)?;
@@ -18,6 +18,10 @@ pub(crate) fn run(args: &EmbedArgs) -> Result<()> {
             BackendArg::Native => Backend::Native,
             BackendArg::Candle => Backend::Candle,
             BackendArg::Cuda => Backend::Cuda,
+        })
+        .with_precision(match args.precision {
+            PrecisionArg::F32 => Precision::F32,
+            PrecisionArg::Bf16 => Precision::Bf16,
         });
     if let Some(n) = args.max_length {
         options = options.with_max_length(n);

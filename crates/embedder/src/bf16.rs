@@ -1,0 +1,267 @@
+//! The reduced-precision path: linear layers in bfloat16 on CPUs with
+//! AVX-512 BF16 (`vdpbf16ps`), accumulating in f32.
+//!
+//! Weights are rounded to bf16 once, at load, and packed in panels of 64
+//! output columns: for each pair of input rows (k, k+1) a panel holds 64
+//! interleaved pairs, four 512-bit vectors. Activations are rounded to bf16
+//! row-major, so a pair (A[r,k], A[r,k+1]) is one 32-bit word that is
+//! broadcast to all lanes. A micro-kernel keeps a 6 × 64 tile of C in 24
+//! registers; each step does 24 `vdpbf16ps` (two multiply-adds per lane each).
+
+use rayon::prelude::*;
+
+/// Output columns of a packed panel.
+const PANEL: usize = 64;
+/// Rows of the micro-kernel's tile.
+const MR: usize = 6;
+/// Rows of C per parallel task.
+const ROWS_PER_TASK: usize = MR * 16;
+
+/// Whether this CPU runs the bf16 kernels.
+pub(crate) fn supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Rounds to bf16 (nearest, ties to even), as `vcvtneps2bf16` does for
+/// finite values.
+#[inline(always)]
+fn to_bf16(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1));
+    (rounded >> 16) as u16
+}
+
+/// A weight matrix `W` (`outputs × inputs`, row-major as stored) packed for
+/// `x · Wᵀ` in bf16.
+pub(crate) struct PackedWeight {
+    data: Vec<u16>,
+    /// Input pairs (inputs rounded up to even, halved).
+    pairs: usize,
+    inputs: usize,
+    outputs: usize,
+}
+
+impl PackedWeight {
+    /// Packs a row-major `inputs × outputs` matrix (the transposed weight).
+    pub(crate) fn pack(weight_t: &[f32], inputs: usize, outputs: usize) -> Self {
+        let pairs = inputs.div_ceil(2);
+        let panels = outputs.div_ceil(PANEL);
+        let mut data = vec![0u16; panels * pairs * PANEL * 2];
+        for panel in 0..panels {
+            for p in 0..pairs {
+                let base = (panel * pairs + p) * PANEL * 2;
+                for j in 0..PANEL {
+                    let col = panel * PANEL + j;
+                    if col >= outputs {
+                        break;
+                    }
+                    for half in 0..2 {
+                        let k = 2 * p + half;
+                        if k < inputs {
+                            data[base + 2 * j + half] = to_bf16(weight_t[k * outputs + col]);
+                        }
+                    }
+                }
+            }
+        }
+        Self {
+            data,
+            pairs,
+            inputs,
+            outputs,
+        }
+    }
+}
+
+/// `c += a · W` for `rows` rows: `a` is `rows × inputs` f32 (row-major),
+/// `c` is `rows × outputs` f32 (row-major, already holding bias/residual).
+pub(crate) fn matmul_add(c: &mut [f32], a: &[f32], rows: usize, w: &PackedWeight) {
+    let inputs_padded = 2 * w.pairs;
+    let inputs = w.inputs;
+    assert_eq!(a.len(), rows * inputs, "a is not rows × inputs");
+    assert_eq!(c.len(), rows * w.outputs, "c is not rows × outputs");
+    if rows == 0 {
+        return;
+    }
+    // Round the activations once; a zero column pads odd widths.
+    let mut a16 = vec![0u16; rows * inputs_padded];
+    a16.par_chunks_mut(inputs_padded * 64)
+        .zip(a.par_chunks(inputs * 64))
+        .for_each(|(dst, src)| round_rows(dst, src, inputs, inputs_padded));
+    c.par_chunks_mut(ROWS_PER_TASK * w.outputs)
+        .zip(a16.par_chunks(ROWS_PER_TASK * inputs_padded))
+        .for_each(|(c, a)| {
+            let rows = c.len() / w.outputs;
+            // SAFETY: `supported()` was checked when the weight was packed for
+            // this path (see `NativeBert::load`); the slices hold `rows` full
+            // rows of A (bf16, `2·pairs` wide) and C (`outputs` wide), and the
+            // packed weight holds every panel and pair the kernel reads.
+            unsafe { tile_rows(c, a, rows, w) };
+        });
+}
+
+fn round_rows(dst: &mut [u16], src: &[f32], inputs: usize, padded: usize) {
+    for (d, s) in dst.chunks_exact_mut(padded).zip(src.chunks_exact(inputs)) {
+        for (x, &y) in d.iter_mut().zip(s) {
+            *x = to_bf16(y);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn tile_rows(c: &mut [f32], a: &[u16], rows: usize, w: &PackedWeight) {
+    let lda = 2 * w.pairs;
+    let panels = w.outputs.div_ceil(PANEL);
+    for panel in 0..panels {
+        let cols = (w.outputs - panel * PANEL).min(PANEL);
+        let b = &w.data[panel * w.pairs * PANEL * 2..(panel + 1) * w.pairs * PANEL * 2];
+        let mut r = 0;
+        while r < rows {
+            let mr = (rows - r).min(MR);
+            let a = &a[r * lda..];
+            let c = &mut c[r * w.outputs + panel * PANEL..];
+            // SAFETY: `a` holds `mr` rows of `lda` bf16, `b` the panel's
+            // `pairs` steps of 128 bf16, and `c` `mr` rows of at least `cols`
+            // floats at stride `outputs` (the caller's contract, sliced here).
+            unsafe {
+                match mr {
+                    6 => kernel::<6>(a, lda, b, w.pairs, c, w.outputs, cols),
+                    5 => kernel::<5>(a, lda, b, w.pairs, c, w.outputs, cols),
+                    4 => kernel::<4>(a, lda, b, w.pairs, c, w.outputs, cols),
+                    3 => kernel::<3>(a, lda, b, w.pairs, c, w.outputs, cols),
+                    2 => kernel::<2>(a, lda, b, w.pairs, c, w.outputs, cols),
+                    _ => kernel::<1>(a, lda, b, w.pairs, c, w.outputs, cols),
+                }
+            }
+            r += mr;
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn tile_rows(_: &mut [f32], _: &[u16], _: usize, _: &PackedWeight) {
+    unreachable!("the bf16 path is only enabled on x86_64 with AVX-512 BF16")
+}
+
+/// C[0..R, 0..cols] += A[0..R, :] · B_panel, with A pairs broadcast and B
+/// read as four vectors per pair.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn kernel<const R: usize>(
+    a: &[u16],
+    lda: usize,
+    b: &[u16],
+    pairs: usize,
+    c: &mut [f32],
+    ldc: usize,
+    cols: usize,
+) {
+    use std::arch::x86_64::*;
+    debug_assert!(a.len() >= (R - 1) * lda + 2 * pairs);
+    debug_assert!(b.len() >= pairs * PANEL * 2);
+    debug_assert!(c.len() >= (R - 1) * ldc + cols);
+    let mut acc = [[_mm512_setzero_ps(); 4]; R];
+    let ap = a.as_ptr();
+    let bp = b.as_ptr();
+    for p in 0..pairs {
+        // SAFETY: p < pairs, so the four vectors lie inside the panel, and
+        // each row's pair 2p..2p+2 inside its row of A (checked above).
+        unsafe {
+            let step = bp.add(p * PANEL * 2);
+            let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(step.cast()));
+            let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(step.add(32).cast()));
+            let b2: __m512bh = std::mem::transmute(_mm512_loadu_si512(step.add(64).cast()));
+            let b3: __m512bh = std::mem::transmute(_mm512_loadu_si512(step.add(96).cast()));
+            for (row, acc) in acc.iter_mut().enumerate() {
+                let pair = ap.add(row * lda + 2 * p).cast::<i32>().read_unaligned();
+                let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
+                acc[0] = _mm512_dpbf16_ps(acc[0], av, b0);
+                acc[1] = _mm512_dpbf16_ps(acc[1], av, b1);
+                acc[2] = _mm512_dpbf16_ps(acc[2], av, b2);
+                acc[3] = _mm512_dpbf16_ps(acc[3], av, b3);
+            }
+        }
+    }
+    let cp = c.as_mut_ptr();
+    for (row, acc) in acc.iter().enumerate() {
+        for (v, sum) in acc.iter().enumerate() {
+            let col = v * 16;
+            if col >= cols {
+                break;
+            }
+            let left = cols - col;
+            let mask: __mmask16 = if left >= 16 {
+                0xffff
+            } else {
+                (1u16 << left) - 1
+            };
+            // SAFETY: the masked lanes are columns col..col+left < cols of
+            // this row, inside `c` (checked above).
+            unsafe {
+                let at = cp.add(row * ldc + col);
+                let old = _mm512_maskz_loadu_ps(mask, at);
+                _mm512_mask_storeu_ps(at, mask, _mm512_add_ps(old, *sum));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_product_matches_f32_within_rounding() {
+        if !supported() {
+            eprintln!("skipping: this CPU has no AVX-512 BF16");
+            return;
+        }
+        for &(rows, inputs, outputs) in &[(1, 3, 5), (7, 33, 70), (13, 384, 1152), (100, 64, 128)] {
+            let a: Vec<f32> = (0..rows * inputs)
+                .map(|i| ((i * 7919) % 97) as f32 / 50.0 - 1.0)
+                .collect();
+            let w_t: Vec<f32> = (0..inputs * outputs)
+                .map(|i| ((i * 104_729) % 89) as f32 / 45.0 - 1.0)
+                .collect();
+            let packed = PackedWeight::pack(&w_t, inputs, outputs);
+            let mut c = vec![0.5f32; rows * outputs];
+            matmul_add(&mut c, &a, rows, &packed);
+            for r in 0..rows {
+                for o in 0..outputs {
+                    let exact: f64 = 0.5
+                        + (0..inputs)
+                            .map(|k| f64::from(a[r * inputs + k]) * f64::from(w_t[k * outputs + o]))
+                            .sum::<f64>();
+                    let scale: f64 = (0..inputs)
+                        .map(|k| {
+                            (f64::from(a[r * inputs + k]) * f64::from(w_t[k * outputs + o])).abs()
+                        })
+                        .sum::<f64>()
+                        .max(1.0);
+                    let got = f64::from(c[r * outputs + o]);
+                    assert!(
+                        (got - exact).abs() <= 2e-2 * scale,
+                        "{rows}x{inputs}x{outputs} [{r},{o}]: {got} vs {exact}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rounding_is_to_nearest_even() {
+        assert_eq!(to_bf16(1.0), 0x3f80);
+        // 1 + 2^-8 is halfway between two bf16 values: ties go to even (1.0).
+        assert_eq!(to_bf16(1.0 + 1.0 / 256.0), 0x3f80);
+        assert_eq!(to_bf16(1.0 + 3.0 / 256.0), 0x3f82);
+        assert_eq!(to_bf16(-2.5), 0xc020);
+    }
+}
