@@ -59,7 +59,7 @@ impl Linear {
     }
 
     /// Switches the layer to bf16 (the f32 weight is dropped).
-    fn to_bf16(&mut self) {
+    fn pack_bf16(&mut self) {
         self.packed = Some(crate::bf16::PackedWeight::pack(
             &self.weight_t,
             self.inputs,
@@ -230,7 +230,7 @@ impl NativeBert {
                     &mut layer.intermediate,
                     &mut layer.output,
                 ] {
-                    linear.to_bf16();
+                    linear.pack_bf16();
                 }
             }
         }
