@@ -213,3 +213,116 @@ fn help_teaches() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("cut-offs must be positive"));
 }
+
+fn minilm() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
+    if dir.join("model.safetensors").is_file() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "skipping: {} is absent (run scripts/fetch-models.sh)",
+            dir.display()
+        );
+        None
+    }
+}
+
+#[test]
+fn embed_reads_strings_skills_and_queries_in_order() {
+    let Some(model) = minilm() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let skill = r##"{"id": "s", "name": " pdf ", "description": "Read PDFs.", "skill_md": "# PDF\nUse pdfplumber."}"##;
+    std::fs::write(
+        &input,
+        format!(
+            "\"pdf | Read PDFs. | # PDF\\nUse pdfplumber.\"\n{skill}\n\n{{\"id\": \"q\", \"query\": \"Extract tables\"}}\n\"Extract tables\"\n"
+        ),
+    )
+    .unwrap();
+    let output = dir.path().join("out.jsonl");
+    let out = pipeline(&[
+        "embed",
+        "--model",
+        path(&model),
+        "--input",
+        path(&input),
+        "--output",
+        path(&output),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let vectors: Vec<Vec<f32>> = std::fs::read_to_string(&output)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(vectors.len(), 4);
+    assert!(vectors.iter().all(|v| v.len() == 384));
+    // A skill record is embedded as its document text; a query as its query.
+    assert_eq!(vectors[0], vectors[1]);
+    assert_eq!(vectors[2], vectors[3]);
+    assert_ne!(vectors[0], vectors[2]);
+    let err = text(&out.stderr);
+    assert!(err.contains("tokens/s"), "{err}");
+}
+
+#[test]
+fn embed_bad_input_names_the_line_and_writes_nothing() {
+    let Some(model) = minilm() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "\"fine\"\n{\"id\": 3, \"text\": 4}\n").unwrap();
+    let output = dir.path().join("out.jsonl");
+    let out = pipeline(&[
+        "embed",
+        "--model",
+        path(&model),
+        "--input",
+        path(&input),
+        "--output",
+        path(&output),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains(&format!("{}:2:", input.display())), "{err}");
+    assert!(!output.exists());
+}
+
+#[test]
+fn embed_explains_a_missing_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "\"x\"\n").unwrap();
+    let output = dir.path().join("out.jsonl");
+    let missing = dir.path().join("models/nope");
+    let out = pipeline(&[
+        "embed",
+        "--model",
+        path(&missing),
+        "--input",
+        path(&input),
+        "--output",
+        path(&output),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("fetch-models.sh"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = pipeline(&[
+        "embed",
+        "--model",
+        "intfloat/e5-small-v2",
+        "--input",
+        path(&input),
+        "--output",
+        path(&output),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--revision"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -31,7 +31,20 @@ fn gpu() -> Result<Device> {
 impl CandleBert {
     pub(crate) fn load(files: &ModelFiles, _config: &BertConfig, cuda: bool) -> Result<Self> {
         let device = if cuda { gpu()? } else { Device::Cpu };
-        let config: Config = read_json(&files.config)?;
+        // candle's Config wants fields that inference does not use and many
+        // config.json files leave out; give them their transformers defaults.
+        let mut raw: serde_json::Value = read_json(&files.config)?;
+        if let Some(map) = raw.as_object_mut() {
+            for (key, value) in [
+                ("hidden_dropout_prob", serde_json::json!(0.1)),
+                ("initializer_range", serde_json::json!(0.02)),
+                ("use_cache", serde_json::json!(true)),
+            ] {
+                map.entry(key).or_insert(value);
+            }
+        }
+        let config: Config =
+            serde_json::from_value(raw).map_err(|e| Error::format(&files.config, e.to_string()))?;
         let bytes = std::fs::read(&files.weights).map_err(|e| Error::io(&files.weights, e))?;
         let vb = VarBuilder::from_buffered_safetensors(bytes, DType::F32, &device)
             .map_err(|e| Error::format(&files.weights, e.to_string()))?;

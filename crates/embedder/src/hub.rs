@@ -6,7 +6,8 @@ use hf_hub::{Cache, Repo, RepoType};
 
 use crate::error::{Error, Result};
 
-/// Files fetched for an encoder, besides the optional sentence-transformers ones.
+/// Files an encoder needs, and the sentence-transformers files fetched when
+/// the repository has them.
 const REQUIRED: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
 const OPTIONAL: [&str; 3] = [
     "modules.json",
@@ -14,56 +15,142 @@ const OPTIONAL: [&str; 3] = [
     "1_Pooling/config.json",
 ];
 
-/// A local directory holding `model_id` at `revision` (a commit hash, so
-/// results stay reproducible), from the Hub cache (`$HF_HOME/hub`) when
-/// present, else downloaded; with `HF_HUB_OFFLINE=1` only the cache is used.
-pub fn model_dir(model_id: &str, revision: &str) -> Result<PathBuf> {
+/// Where and how to fetch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubOptions {
+    /// The hub cache (`$HF_HOME/hub`, default `~/.cache/huggingface/hub`).
+    pub cache_dir: PathBuf,
+    /// The Hub endpoint (`$HF_ENDPOINT`).
+    pub endpoint: Option<String>,
+    /// Only the cache, never the network (`$HF_HUB_OFFLINE=1`).
+    pub offline: bool,
+}
+
+impl HubOptions {
+    /// Options from the environment variables the Hub's own clients read.
+    pub fn from_env() -> Self {
+        Self {
+            cache_dir: Cache::from_env().path().clone(),
+            endpoint: std::env::var("HF_ENDPOINT").ok().filter(|e| !e.is_empty()),
+            offline: std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| {
+                matches!(
+                    v.trim().to_ascii_lowercase().as_str(),
+                    "1" | "true" | "yes" | "on"
+                )
+            }),
+        }
+    }
+}
+
+/// A local directory holding `model_id` at `revision` (a full commit hash, so
+/// results stay reproducible): from the Hub cache when present, else
+/// downloaded; offline, only the cache is used.
+pub fn model_dir(model_id: &str, revision: &str, options: &HubOptions) -> Result<PathBuf> {
     if revision.len() != 40 || !revision.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(Error::Hub(format!(
             "revision {revision:?} of {model_id} is not a 40-hex-digit commit hash: pin the exact commit so results are reproducible"
         )));
     }
     let repo = Repo::with_revision(model_id.to_owned(), RepoType::Model, revision.to_owned());
-    let cache = Cache::from_env().repo(repo.clone());
-    let offline =
-        std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
-    let mut dir = None;
-    let api = if offline {
+    let cache = Cache::new(options.cache_dir.clone()).repo(repo.clone());
+    let api = if options.offline {
         None
     } else {
+        let mut builder =
+            hf_hub::api::sync::ApiBuilder::from_cache(Cache::new(options.cache_dir.clone()));
+        if let Some(endpoint) = &options.endpoint {
+            builder = builder.with_endpoint(endpoint.clone());
+        }
         Some(
-            hf_hub::api::sync::ApiBuilder::from_env()
+            builder
                 .build()
                 .map_err(|e| Error::Hub(e.to_string()))?
                 .repo(repo),
         )
     };
-    for (file, required) in REQUIRED
+    let mut dir = None;
+    let files = REQUIRED
         .iter()
-        .map(|f| (f, true))
-        .chain(OPTIONAL.iter().map(|f| (f, false)))
-    {
+        .map(|f| (*f, true))
+        .chain(OPTIONAL.iter().map(|f| (*f, false)));
+    for (file, required) in files {
         let path = match (cache.get(file), &api) {
             (Some(path), _) => Some(path),
-            (None, Some(api)) => match api.get(file) {
+            (None, Some(api)) => match api.download(file) {
                 Ok(path) => Some(path),
                 Err(e) if required => {
                     return Err(Error::Hub(format!(
-                        "could not download {file} of {model_id}@{revision}: {e}; the Hub may be unreachable: pass a local model directory instead"
+                        "could not download {file} of {model_id}@{revision}: {e}; where the Hub is unreachable, pass a local model directory instead"
                     )));
                 }
                 Err(_) => None,
             },
             (None, None) if required => {
                 return Err(Error::Hub(format!(
-                    "{file} of {model_id}@{revision} is not in the Hub cache and HF_HUB_OFFLINE is set: pass a local model directory instead"
+                    "{file} of {model_id}@{revision} is not in the Hub cache {} and HF_HUB_OFFLINE is set: pass a local model directory instead",
+                    options.cache_dir.display()
                 )));
             }
             (None, None) => None,
         };
-        if let (Some(path), true) = (path, *file == "config.json") {
-            dir = path.parent().map(PathBuf::from);
+        if file == "config.json" {
+            dir = path.and_then(|p| p.parent().map(PathBuf::from));
         }
     }
     dir.ok_or_else(|| Error::Hub(format!("no snapshot directory for {model_id}@{revision}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REV: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    fn options(cache: &std::path::Path, offline: bool) -> HubOptions {
+        HubOptions {
+            cache_dir: cache.to_path_buf(),
+            // Nothing listens on port 9 of the loopback: refused at once.
+            endpoint: Some("http://127.0.0.1:9".to_owned()),
+            offline,
+        }
+    }
+
+    #[test]
+    fn revisions_must_be_commits() {
+        let cache = tempfile::tempdir().unwrap();
+        let err =
+            model_dir("intfloat/e5-small-v2", "main", &options(cache.path(), true)).unwrap_err();
+        assert!(err.to_string().contains("40-hex-digit"), "{err}");
+    }
+
+    #[test]
+    fn offline_and_unreachable_fail_with_a_hint() {
+        let cache = tempfile::tempdir().unwrap();
+        let err = model_dir("intfloat/e5-small-v2", REV, &options(cache.path(), true)).unwrap_err();
+        assert!(err.to_string().contains("HF_HUB_OFFLINE"), "{err}");
+        let err =
+            model_dir("intfloat/e5-small-v2", REV, &options(cache.path(), false)).unwrap_err();
+        assert!(
+            err.to_string().contains("could not download config.json"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("local model directory"), "{err}");
+    }
+
+    #[test]
+    fn the_cache_is_used_first() {
+        let cache = tempfile::tempdir().unwrap();
+        let repo = cache.path().join("models--intfloat--e5-small-v2");
+        std::fs::create_dir_all(repo.join("refs")).unwrap();
+        std::fs::write(repo.join("refs").join(REV), REV).unwrap();
+        let snapshot = repo.join("snapshots").join(REV);
+        std::fs::create_dir_all(&snapshot).unwrap();
+        for file in REQUIRED {
+            std::fs::write(snapshot.join(file), "{}").unwrap();
+        }
+        // Online, with an unreachable endpoint: the optional files are
+        // skipped and the cached snapshot is returned.
+        let dir = model_dir("intfloat/e5-small-v2", REV, &options(cache.path(), false)).unwrap();
+        assert_eq!(dir, snapshot);
+    }
 }

@@ -76,9 +76,17 @@ pub(crate) fn model_dir(model: &str, revision: Option<&str>) -> Result<PathBuf> 
     if path.is_dir() {
         return Ok(path.to_path_buf());
     }
-    let looks_like_id = model.split('/').count() == 2 && !model.starts_with('.') && !path.exists();
+    // `org/name` that is not a local path (nor under a local directory).
+    let looks_like_id = model.split('/').count() == 2
+        && !model.starts_with(['.', '/'])
+        && !path.exists()
+        && !path.parent().is_some_and(Path::is_dir);
     match (looks_like_id, revision) {
-        (true, Some(revision)) => Ok(embedder::hub::model_dir(model, revision)?),
+        (true, Some(revision)) => Ok(embedder::hub::model_dir(
+            model,
+            revision,
+            &embedder::hub::HubOptions::from_env(),
+        )?),
         (true, None) => bail!(
             "{model} is not a directory; as a Hub id it needs --revision <40-hex commit> so results are reproducible"
         ),
