@@ -261,3 +261,23 @@ fn settings_that_cannot_work_are_refused() {
     assert!(err.to_string().contains("config.json"), "{err}");
     assert!(err.to_string().contains("missing field"), "{err}");
 }
+
+#[test]
+fn asking_for_a_gpu_without_one_falls_back_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_model(dir.path(), &WORDS, None);
+    let model = load(
+        dir.path(),
+        EmbedderOptions::default().with_backend(Backend::Cuda),
+    )
+    .unwrap();
+    if !model.device().starts_with("cuda") {
+        assert!(model.device().contains("no GPU used"), "{}", model.device());
+        assert!(
+            model.device().starts_with("cpu (native"),
+            "{}",
+            model.device()
+        );
+    }
+    assert_eq!(model.embed(&["pdf"], Kind::Query).unwrap().len(), 1);
+}
