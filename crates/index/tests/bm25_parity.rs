@@ -32,11 +32,9 @@ fn top_20_matches_the_official_bm25_run() {
         eval::sort_trec(&mut theirs);
         for (rank, want) in theirs.iter().enumerate() {
             pairs += 1;
-            if let Some(got) = ours.get(rank) {
-                if got.id == want.id {
-                    same += 1;
-                    worst = worst.max((got.score - want.score).abs());
-                }
+            if let Some(got) = ours.get(rank).filter(|got| got.id == want.id) {
+                same += 1;
+                worst = worst.max((got.score - want.score).abs());
             }
         }
         assert_eq!(ours.len(), theirs.len(), "{}: result count", query.id);
