@@ -37,7 +37,7 @@ impl CandleBert {
         }
         let config: Config =
             serde_json::from_value(raw).map_err(|e| Error::format(&files.config, e.to_string()))?;
-        let bytes = std::fs::read(&files.weights).map_err(|e| Error::io(&files.weights, e))?;
+        let bytes = crate::error::read_file(&files.weights, "the model's weights")?;
         let vb = VarBuilder::from_buffered_safetensors(bytes, DType::F32, &device)
             .map_err(|e| Error::format(&files.weights, e.to_string()))?;
         let model = BertModel::load(vb, &config)

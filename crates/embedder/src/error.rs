@@ -85,5 +85,19 @@ impl Error {
     }
 }
 
+/// Reads a whole file; a missing one is [`Error::MissingFile`] saying `what` it is for.
+pub(crate) fn read_file(path: &Path, what: &'static str) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Error::MissingFile {
+                path: path.to_path_buf(),
+                what,
+            }
+        } else {
+            Error::io(path, e)
+        }
+    })
+}
+
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -194,16 +194,7 @@ impl NativeBert {
     /// Loads the weights of `config` from a safetensors file; with `bf16`,
     /// the linear layers run in bfloat16 (the caller checks CPU support).
     pub(crate) fn load(path: &Path, config: &BertConfig, bf16: bool) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                Error::MissingFile {
-                    path: path.to_path_buf(),
-                    what: "the model's weights",
-                }
-            } else {
-                Error::io(path, e)
-            }
-        })?;
+        let bytes = crate::error::read_file(path, "the model's weights")?;
         let w = Weights::new(path, &bytes)?;
         let h = config.hidden_size;
         let i = config.intermediate_size;
