@@ -1,10 +1,37 @@
 //! The crate's error type.
 
-/// What can go wrong building or searching an index.
+use std::path::{Path, PathBuf};
+
+/// What can go wrong building, saving, loading or searching an index.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Arguments that cannot be used (shapes, parameters).
+    /// Arguments that cannot be used (shapes, parameters, vectors).
     #[error("{0}")]
     Invalid(String),
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A saved index that must not be used: stale, foreign or damaged.
+    #[error("refusing the index at {}: {why}", path.display())]
+    Refused {
+        /// The index directory.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use eval::ScoredDoc;
 use rayon::prelude::*;
 
-use crate::Error;
+use crate::{Error, VectorIndex};
 
 const QUERY_BLOCK: usize = 32;
 const DOC_BLOCK: usize = 8192;
@@ -41,44 +41,6 @@ impl ExactIndex {
             )));
         }
         Ok(Self { ids, dim, vectors })
-    }
-
-    /// Number of vectors.
-    pub fn len(&self) -> usize {
-        self.ids.len()
-    }
-
-    /// Whether the index is empty.
-    pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
-    }
-
-    /// Vector width.
-    pub fn dim(&self) -> usize {
-        self.dim
-    }
-
-    /// The ids, in index order.
-    pub fn ids(&self) -> &[Arc<str>] {
-        &self.ids
-    }
-
-    /// The `k` best documents of every query (`queries` holds them row after
-    /// row), each list in trec_eval order.
-    pub fn search(&self, queries: &[f32], k: usize) -> Result<Vec<Vec<ScoredDoc>>, Error> {
-        if !queries.len().is_multiple_of(self.dim) {
-            return Err(Error::Invalid(format!(
-                "{} floats are not queries of dimension {}",
-                queries.len(),
-                self.dim
-            )));
-        }
-        let k = k.min(self.len());
-        let results = queries
-            .par_chunks(QUERY_BLOCK * self.dim)
-            .flat_map_iter(|block| self.search_block(block, k))
-            .collect();
-        Ok(results)
     }
 
     fn search_block(&self, queries: &[f32], k: usize) -> Vec<Vec<ScoredDoc>> {
@@ -133,6 +95,32 @@ impl ExactIndex {
         b.0.partial_cmp(&a.0)
             .unwrap_or(Ordering::Equal)
             .then_with(|| self.ids[b.1 as usize].cmp(&self.ids[a.1 as usize]))
+    }
+}
+
+impl VectorIndex for ExactIndex {
+    fn ids(&self) -> &[Arc<str>] {
+        &self.ids
+    }
+
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn search(&self, queries: &[f32], k: usize) -> Result<Vec<Vec<ScoredDoc>>, Error> {
+        if !queries.len().is_multiple_of(self.dim) {
+            return Err(Error::Invalid(format!(
+                "{} floats are not queries of dimension {}",
+                queries.len(),
+                self.dim
+            )));
+        }
+        let k = k.min(self.len());
+        let results = queries
+            .par_chunks(QUERY_BLOCK * self.dim)
+            .flat_map_iter(|block| self.search_block(block, k))
+            .collect();
+        Ok(results)
     }
 }
 

@@ -3,17 +3,48 @@
 //! - [`exact`]: exact top-k by inner product (the oracle; FAISS Flat in the
 //!   official protocol).
 //! - [`bm25`]: BM25 exactly as the official baseline computes it with bm25s.
+//! - [`hnsw`]: approximate top-k with HNSW (hnsw_rs), saved and loaded with a
+//!   checked header, and its recall against exact search.
 //! - [`fusion`]: reciprocal-rank fusion of any candidate lists (hybrid BM25 + dense).
+//!
+//! The two vector indexes answer through one trait, [`VectorIndex`], so a run
+//! swaps one for the other without other changes.
 //!
 //! Rankings are `eval::ScoredDoc` lists in trec_eval order (score descending,
 //! ties by id descending), so runs are byte-stable.
-//!
-//! HNSW (with measured recall, save/load) is still to come (issue #4).
 #![warn(missing_docs)]
 
 pub mod bm25;
 mod error;
 pub mod exact;
 pub mod fusion;
+pub mod hnsw;
+
+use std::sync::Arc;
 
 pub use error::Error;
+pub use exact::ExactIndex;
+pub use hnsw::{HnswIndex, HnswParams};
+
+/// A searchable set of vectors: exact or approximate.
+pub trait VectorIndex: Send + Sync {
+    /// The document ids, in index order.
+    fn ids(&self) -> &[Arc<str>];
+
+    /// Vector width.
+    fn dim(&self) -> usize;
+
+    /// Number of vectors.
+    fn len(&self) -> usize {
+        self.ids().len()
+    }
+
+    /// Whether the index holds no vectors.
+    fn is_empty(&self) -> bool {
+        self.ids().is_empty()
+    }
+
+    /// The `k` best documents by inner product for every query (`queries`
+    /// holds them row after row), each list in trec_eval order.
+    fn search(&self, queries: &[f32], k: usize) -> Result<Vec<Vec<eval::ScoredDoc>>, Error>;
+}
