@@ -1,17 +1,25 @@
-//! candle's `BertModel`: the engine on a CUDA GPU, and a second CPU engine
-//! that the native one is checked against.
+//! candle's `BertModel` (and `XLMRobertaModel` for RoBERTa-style position
+//! numbering): the engine on a CUDA GPU, and a second CPU engine that the
+//! native one is checked against.
 
 use candle_core::{D, DType, Device, IndexOp, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
+use candle_transformers::models::xlm_roberta::{Config as XlmrConfig, XLMRobertaModel};
 
-use crate::ModelFiles;
 use crate::config::{BertConfig, Pooling, read_json};
+use crate::encoder::{ModelFiles, Tokens};
 use crate::error::{Error, Result};
 
+enum Model {
+    Bert(BertModel),
+    XlmRoberta(XLMRobertaModel),
+}
+
 pub(crate) struct CandleBert {
-    model: BertModel,
+    model: Model,
     device: Device,
+    pad: u32,
 }
 
 /// The first CUDA GPU. Without the `cuda` feature candle's stand-in device
@@ -21,7 +29,7 @@ fn gpu() -> Result<Device> {
 }
 
 impl CandleBert {
-    pub(crate) fn load(files: &ModelFiles, _config: &BertConfig, cuda: bool) -> Result<Self> {
+    pub(crate) fn load(files: &ModelFiles, bert: &BertConfig, cuda: bool) -> Result<Self> {
         let device = if cuda { gpu()? } else { Device::Cpu };
         // candle's Config wants fields that inference does not use and many
         // config.json files leave out; give them their transformers defaults.
@@ -35,39 +43,58 @@ impl CandleBert {
                 map.entry(key).or_insert(value);
             }
         }
-        let config: Config =
-            serde_json::from_value(raw).map_err(|e| Error::format(&files.config, e.to_string()))?;
         let bytes = crate::error::read_file(&files.weights, "the model's weights")?;
         let vb = VarBuilder::from_buffered_safetensors(bytes, DType::F32, &device)
             .map_err(|e| Error::format(&files.weights, e.to_string()))?;
-        let model = BertModel::load(vb, &config)
-            .map_err(|e| Error::format(&files.weights, e.to_string()))?;
-        Ok(Self { model, device })
+        let bad_config = |e: serde_json::Error| Error::format(&files.config, e.to_string());
+        let bad_weights = |e: candle_core::Error| Error::format(&files.weights, e.to_string());
+        let model = if bert.roberta_positions() {
+            let config: XlmrConfig = serde_json::from_value(raw).map_err(bad_config)?;
+            let vb = if vb.contains_tensor("roberta.embeddings.word_embeddings.weight") {
+                vb.pp("roberta")
+            } else {
+                vb
+            };
+            Model::XlmRoberta(XLMRobertaModel::new(&config, vb).map_err(bad_weights)?)
+        } else {
+            let config: Config = serde_json::from_value(raw).map_err(bad_config)?;
+            Model::Bert(BertModel::load(vb, &config).map_err(bad_weights)?)
+        };
+        let pad = u32::try_from(bert.pad_token_id)
+            .map_err(|_| Error::format(&files.config, "pad_token_id is too large"))?;
+        Ok(Self { model, device, pad })
     }
 
     /// Pooled vectors of a batch, row after row.
-    pub(crate) fn forward_pooled(&self, seqs: &[Vec<u32>], pooling: Pooling) -> Result<Vec<f32>> {
+    pub(crate) fn forward_pooled(&self, seqs: &[&Tokens], pooling: Pooling) -> Result<Vec<f32>> {
         self.run(seqs, pooling)
             .map_err(|e| Error::Inference(e.to_string()))
     }
 
-    fn run(&self, seqs: &[Vec<u32>], pooling: Pooling) -> candle_core::Result<Vec<f32>> {
-        let len = seqs.iter().map(Vec::len).max().unwrap_or(0);
+    fn run(&self, seqs: &[&Tokens], pooling: Pooling) -> candle_core::Result<Vec<f32>> {
+        let len = seqs.iter().map(|s| s.ids.len()).max().unwrap_or(0);
         let mut ids = Vec::with_capacity(seqs.len() * len);
+        let mut types = Vec::with_capacity(seqs.len() * len);
         let mut mask = Vec::with_capacity(seqs.len() * len);
         for seq in seqs {
+            let n = seq.ids.len();
             ids.extend(
-                seq.iter()
+                seq.ids
+                    .iter()
                     .copied()
-                    .chain(std::iter::repeat_n(0, len - seq.len())),
+                    .chain(std::iter::repeat_n(self.pad, len - n)),
             );
-            mask.extend((0..len).map(|t| u32::from(t < seq.len())));
+            types.extend((0..len).map(|t| seq.types.get(t).copied().unwrap_or(0)));
+            mask.extend((0..len).map(|t| u32::from(t < n)));
         }
         let shape = (seqs.len(), len);
         let ids = Tensor::from_vec(ids, shape, &self.device)?;
         let mask = Tensor::from_vec(mask, shape, &self.device)?;
-        let types = ids.zeros_like()?;
-        let states = self.model.forward(&ids, &types, Some(&mask))?;
+        let types = Tensor::from_vec(types, shape, &self.device)?;
+        let states = match &self.model {
+            Model::Bert(model) => model.forward(&ids, &types, Some(&mask))?,
+            Model::XlmRoberta(model) => model.forward(&ids, &mask, &types, None, None, None)?,
+        };
         let pooled = match pooling {
             Pooling::Cls => states.i((.., 0))?,
             Pooling::Mean => {

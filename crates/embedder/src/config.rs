@@ -37,6 +37,9 @@ pub struct BertConfig {
     /// `absolute` only.
     #[serde(default = "default_position_type")]
     pub position_embedding_type: String,
+    /// transformers' model type (`bert`, `xlm-roberta`, ...).
+    #[serde(default)]
+    pub model_type: Option<String>,
 }
 
 fn default_act() -> String {
@@ -83,10 +86,34 @@ impl BertConfig {
                 config.position_embedding_type
             ));
         }
-        if config.type_vocab_size == 0 || config.max_position_embeddings == 0 {
+        if config.type_vocab_size == 0 || config.max_input_length() == 0 {
             return bad("type_vocab_size and max_position_embeddings must be positive".to_owned());
         }
         Ok(config)
+    }
+
+    /// Whether positions are numbered as RoBERTa numbers them: from
+    /// `pad_token_id + 1` (transformers' `create_position_ids_from_input_ids`).
+    pub fn roberta_positions(&self) -> bool {
+        matches!(
+            self.model_type.as_deref(),
+            Some("roberta" | "xlm-roberta" | "camembert")
+        )
+    }
+
+    /// The position of a sequence's first token.
+    pub fn position_offset(&self) -> usize {
+        if self.roberta_positions() {
+            self.pad_token_id + 1
+        } else {
+            0
+        }
+    }
+
+    /// The longest input the position table allows.
+    pub fn max_input_length(&self) -> usize {
+        self.max_position_embeddings
+            .saturating_sub(self.position_offset())
     }
 
     /// Width of one attention head.

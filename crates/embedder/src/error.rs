@@ -31,7 +31,7 @@ pub enum Error {
         message: String,
     },
     /// A weight the architecture needs is absent.
-    #[error("{}: no tensor `{name}` (nor `bert.{name}`)", path.display())]
+    #[error("{}: no tensor `{name}`", path.display())]
     MissingTensor {
         /// The weights file.
         path: PathBuf,
@@ -70,14 +70,16 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn io(path: &Path, error: std::io::Error) -> Self {
+    /// An I/O error on `path`.
+    pub fn io(path: &Path, error: std::io::Error) -> Self {
         Self::Io {
             path: path.to_path_buf(),
             error,
         }
     }
 
-    pub(crate) fn format(path: &Path, message: impl Into<String>) -> Self {
+    /// A file that cannot be used, and why.
+    pub fn format(path: &Path, message: impl Into<String>) -> Self {
         Self::Format {
             path: path.to_path_buf(),
             message: message.into(),

@@ -26,18 +26,18 @@ mod bf16;
 mod candle_backend;
 pub mod config;
 pub mod convert;
+pub mod encoder;
 mod error;
 pub mod hub;
 mod kernels;
 mod model;
 
-use std::path::{Path, PathBuf};
-
-use rayon::prelude::*;
-use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+use std::path::Path;
 
 pub use config::{BertConfig, Pooling, SentenceTransformersConfig};
+pub use encoder::{Encoder, EncoderOptions, Tokens};
 pub use error::{Error, Result};
+pub use model::TensorFile;
 
 /// Which engine runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -188,152 +188,59 @@ impl Embeddings {
     }
 }
 
-enum Engine {
-    Native(model::NativeBert),
-    Candle(candle_backend::CandleBert),
-}
-
 /// A loaded bi-encoder.
 pub struct Embedder {
-    tokenizer: Tokenizer,
-    engine: Engine,
-    config: BertConfig,
+    encoder: Encoder,
     pooling: Pooling,
     normalize: bool,
-    max_length: usize,
     options: EmbedderOptions,
-    device: String,
-    dir: PathBuf,
 }
 
 impl std::fmt::Debug for Embedder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Embedder")
-            .field("dir", &self.dir)
+            .field("dir", &self.encoder.dir())
             .field("pooling", &self.pooling)
             .field("normalize", &self.normalize)
-            .field("max_length", &self.max_length)
-            .field("device", &self.device)
+            .field("max_length", &self.encoder.max_length())
+            .field("device", &self.encoder.device())
             .finish_non_exhaustive()
-    }
-}
-
-/// The files of a model directory.
-pub(crate) struct ModelFiles {
-    pub(crate) config: PathBuf,
-    pub(crate) tokenizer: PathBuf,
-    pub(crate) weights: PathBuf,
-}
-
-impl ModelFiles {
-    fn in_dir(dir: &Path) -> Result<Self> {
-        if !dir.is_dir() {
-            return Err(Error::Invalid(format!(
-                "{}: not a model directory (expected config.json, tokenizer.json and model.safetensors; run scripts/fetch-models.sh for the models this project uses)",
-                dir.display()
-            )));
-        }
-        let files = Self {
-            config: dir.join("config.json"),
-            tokenizer: dir.join("tokenizer.json"),
-            weights: dir.join("model.safetensors"),
-        };
-        for (path, what) in [
-            (&files.config, "the model's config.json"),
-            (&files.tokenizer, "the model's tokenizer.json"),
-            (&files.weights, "the model's weights"),
-        ] {
-            if !path.is_file() {
-                return Err(Error::MissingFile {
-                    path: path.clone(),
-                    what,
-                });
-            }
-        }
-        Ok(files)
     }
 }
 
 impl Embedder {
     /// Loads a model from a local directory.
     pub fn from_dir(dir: &Path, options: EmbedderOptions) -> Result<Self> {
-        let files = ModelFiles::in_dir(dir)?;
-        let config = BertConfig::read(&files.config)?;
         let st = SentenceTransformersConfig::read(dir)?;
-        let model_max = config.max_position_embeddings;
-        let max_length = match options.max_length.or(st.max_seq_length) {
-            Some(n) if n > model_max => {
-                return Err(Error::Invalid(format!(
-                    "max length {n} exceeds the model's {model_max} positions"
-                )));
-            }
-            Some(0) => return Err(Error::Invalid("max length must be positive".to_owned())),
-            Some(n) => n,
-            None => model_max,
+        let encoder_options = EncoderOptions {
+            max_length: options.max_length,
+            batch_tokens: options.batch_tokens,
+            backend: options.backend,
+            precision: options.precision,
         };
-        if options.batch_tokens < max_length {
-            return Err(Error::Invalid(format!(
-                "a batch of {} tokens cannot hold one input of {max_length} tokens",
-                options.batch_tokens
-            )));
-        }
-        let tokenizer = load_tokenizer(&files.tokenizer, &config, max_length)?;
-        let (bf16, precision_note) = match options.precision {
-            Precision::F32 => (false, "f32"),
-            Precision::Bf16 if bf16::supported() => (true, "bf16"),
-            Precision::Bf16 => (false, "f32: this CPU has no AVX-512 BF16"),
-        };
-        let native = || -> Result<(Engine, String)> {
-            Ok((
-                Engine::Native(model::NativeBert::load(&files.weights, &config, bf16)?),
-                format!(
-                    "cpu (native, {precision_note}, {} threads)",
-                    rayon::current_num_threads()
-                ),
-            ))
-        };
-        let (engine, device) = match options.backend {
-            Backend::Native => native()?,
-            Backend::Candle => (
-                Engine::Candle(candle_backend::CandleBert::load(&files, &config, false)?),
-                "cpu (candle)".to_owned(),
-            ),
-            Backend::Cuda => match candle_backend::CandleBert::load(&files, &config, true) {
-                Ok(model) => (Engine::Candle(model), "cuda:0 (candle)".to_owned()),
-                Err(Error::Invalid(why)) => {
-                    let (engine, device) = native()?;
-                    (engine, format!("{device}: no GPU used, {why}"))
-                }
-                Err(e) => return Err(e),
-            },
-        };
+        let encoder = Encoder::from_dir(dir, &encoder_options, st.max_seq_length)?;
         Ok(Self {
-            tokenizer,
-            engine,
+            encoder,
             pooling: options.pooling.or(st.pooling).unwrap_or(Pooling::Mean),
             normalize: options.normalize.or(st.normalize).unwrap_or(true),
-            max_length,
-            config,
             options,
-            device,
-            dir: dir.to_path_buf(),
         })
     }
 
     /// Where the model runs, in words (says so when a GPU was asked for but
     /// the CPU is used).
     pub fn device(&self) -> &str {
-        &self.device
+        self.encoder.device()
     }
 
     /// Width of the vectors.
     pub fn dim(&self) -> usize {
-        self.config.hidden_size
+        self.encoder.hidden_size()
     }
 
     /// The truncation length in tokens.
     pub fn max_length(&self) -> usize {
-        self.max_length
+        self.encoder.max_length()
     }
 
     /// The pooling in use.
@@ -357,30 +264,16 @@ impl Embedder {
     /// Token ids of each text (prefix added, truncated), as the model sees them.
     pub fn tokenize<S: AsRef<str> + Sync>(&self, texts: &[S], kind: Kind) -> Result<Vec<Vec<u32>>> {
         let prefix = self.prefix(kind);
-        texts
-            .par_iter()
-            .map(|text| {
-                let input = format!("{prefix}{}", text.as_ref());
-                let encoding = self
-                    .tokenizer
-                    .encode(input.as_str(), true)
-                    .map_err(|e| Error::Inference(format!("tokenizing: {e}")))?;
-                let ids = encoding.get_ids().to_vec();
-                if let Some(&bad) = ids
-                    .iter()
-                    .find(|&&id| id as usize >= self.config.vocab_size)
-                {
-                    return Err(Error::TokenizerMismatch {
-                        path: self.dir.join("tokenizer.json"),
-                        message: format!(
-                            "token id {bad} is outside the model's vocabulary of {}",
-                            self.config.vocab_size
-                        ),
-                    });
-                }
-                Ok(ids)
-            })
-            .collect()
+        let inputs: Vec<String> = texts
+            .iter()
+            .map(|text| format!("{prefix}{}", text.as_ref()))
+            .collect();
+        Ok(self
+            .encoder
+            .tokenize(&inputs)?
+            .into_iter()
+            .map(|tokens| tokens.ids)
+            .collect())
     }
 
     /// Embeds texts; vectors come back in input order.
@@ -406,106 +299,24 @@ impl Embedder {
         ids: &[Vec<u32>],
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Embeddings> {
+        let inputs: Vec<Tokens> = ids
+            .iter()
+            .map(|ids| Tokens {
+                ids: ids.clone(),
+                types: Vec::new(),
+            })
+            .collect();
+        let mut data = self
+            .encoder
+            .encode_pooled(&inputs, self.pooling, progress)?;
         let dim = self.dim();
-        let mut data = vec![0.0f32; ids.len() * dim];
-        // Longest first, so batches hold inputs of similar length.
-        let mut order: Vec<usize> = (0..ids.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(ids[i].len()));
-        let mut done = 0;
-        for batch in batches(&order, ids, self.options.batch_tokens) {
-            let seqs: Vec<Vec<u32>> = batch.iter().map(|&i| ids[i].clone()).collect();
-            let pooled = match &self.engine {
-                Engine::Native(model) => {
-                    let states = model.forward(&seqs);
-                    pool(&states, &seqs, dim, self.pooling)
-                }
-                Engine::Candle(model) => model.forward_pooled(&seqs, self.pooling)?,
-            };
-            for (vector, &i) in pooled.chunks_exact(dim).zip(batch) {
-                let out = &mut data[i * dim..(i + 1) * dim];
-                out.copy_from_slice(vector);
-                if self.normalize {
-                    normalize(out);
-                }
+        if self.normalize {
+            for row in data.chunks_exact_mut(dim) {
+                normalize(row);
             }
-            done += batch.len();
-            progress(done);
         }
         Ok(Embeddings { data, dim })
     }
-}
-
-fn load_tokenizer(path: &Path, config: &BertConfig, max_length: usize) -> Result<Tokenizer> {
-    let mut tokenizer =
-        Tokenizer::from_file(path).map_err(|e| Error::format(path, e.to_string()))?;
-    let size = tokenizer.get_vocab_size(true);
-    if size > config.vocab_size {
-        return Err(Error::TokenizerMismatch {
-            path: path.to_path_buf(),
-            message: format!(
-                "it has {size} tokens but the model's vocab_size is {} (is this the tokenizer of another model?)",
-                config.vocab_size
-            ),
-        });
-    }
-    tokenizer
-        .with_truncation(Some(TruncationParams {
-            max_length,
-            strategy: TruncationStrategy::LongestFirst,
-            stride: 0,
-            direction: TruncationDirection::Right,
-        }))
-        .map_err(|e| Error::format(path, e.to_string()))?;
-    tokenizer.with_padding(None);
-    Ok(tokenizer)
-}
-
-/// Consecutive runs of `order` whose tokens add up to at most `budget`.
-fn batches<'a>(order: &'a [usize], ids: &'a [Vec<u32>], budget: usize) -> Vec<&'a [usize]> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    let mut tokens = 0;
-    for (pos, &i) in order.iter().enumerate() {
-        let len = ids[i].len().max(1);
-        if pos > start && tokens + len > budget {
-            out.push(&order[start..pos]);
-            start = pos;
-            tokens = 0;
-        }
-        tokens += len;
-    }
-    if start < order.len() {
-        out.push(&order[start..]);
-    }
-    out
-}
-
-/// Pools token states (sequences laid end to end) into one vector each.
-fn pool(states: &[f32], seqs: &[Vec<u32>], dim: usize, pooling: Pooling) -> Vec<f32> {
-    let mut out = vec![0.0f32; seqs.len() * dim];
-    let mut row = 0;
-    for (s, seq) in seqs.iter().enumerate() {
-        let target = &mut out[s * dim..(s + 1) * dim];
-        match pooling {
-            Pooling::Cls => target.copy_from_slice(&states[row * dim..(row + 1) * dim]),
-            Pooling::Mean => {
-                for t in 0..seq.len() {
-                    for (o, v) in target
-                        .iter_mut()
-                        .zip(&states[(row + t) * dim..(row + t + 1) * dim])
-                    {
-                        *o += v;
-                    }
-                }
-                let n = seq.len().max(1) as f32;
-                for o in target.iter_mut() {
-                    *o /= n;
-                }
-            }
-        }
-        row += seq.len();
-    }
-    out
 }
 
 /// L2 normalisation as torch's `F.normalize` (norm clamped at 1e-12).
@@ -521,30 +332,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn batches_respect_the_budget_and_cover_everything() {
-        let ids: Vec<Vec<u32>> = [5, 5, 4, 3, 3, 1].iter().map(|&n| vec![0; n]).collect();
-        let order: Vec<usize> = (0..ids.len()).collect();
-        let b = batches(&order, &ids, 10);
-        assert_eq!(b, vec![&[0, 1][..], &[2, 3, 4][..], &[5][..]]);
-        // An input longer than the budget still gets a batch of its own.
-        let b = batches(&order, &ids, 3);
-        assert_eq!(b.iter().map(|b| b.len()).sum::<usize>(), 6);
-    }
-
-    #[test]
-    fn pooling_and_normalisation() {
-        let states = [1.0, 2.0, 3.0, 4.0, 10.0, 20.0];
-        let seqs = vec![vec![0, 0], vec![0]];
-        assert_eq!(
-            pool(&states, &seqs, 2, Pooling::Mean),
-            [2.0, 3.0, 10.0, 20.0]
-        );
-        assert_eq!(
-            pool(&states, &seqs, 2, Pooling::Cls),
-            [1.0, 2.0, 10.0, 20.0]
-        );
+    fn normalisation() {
         let mut v = [3.0, 4.0];
         normalize(&mut v);
         assert_eq!(v, [0.6, 0.8]);
+        let mut zero = [0.0, 0.0];
+        normalize(&mut zero);
+        assert_eq!(zero, [0.0, 0.0]);
     }
 }

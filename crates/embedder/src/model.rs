@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use safetensors::{Dtype, SafeTensors};
 
 use crate::config::BertConfig;
+use crate::encoder::Tokens;
 use crate::error::{Error, Result};
 use crate::kernels::{self, View, matmul};
 
@@ -29,20 +30,27 @@ impl Linear {
     /// `out = (residual or 0) + bias + x · W` for `tokens` rows.
     fn forward(&self, x: &[f32], tokens: usize, out: &mut [f32], residual: Option<&[f32]>) {
         let out = &mut out[..tokens * self.outputs];
+        // Row-wise, in parallel blocks of rows (the results do not depend on
+        // the split).
+        let block = self.outputs * ROW_BLOCK;
+        let len = out.len();
         match residual {
-            Some(r) => {
-                for (row, res) in out
-                    .chunks_exact_mut(self.outputs)
-                    .zip(r.chunks_exact(self.outputs))
-                {
-                    kernels::add(row, res, &self.bias);
-                }
-            }
-            None => {
-                for row in out.chunks_exact_mut(self.outputs) {
+            Some(r) => out
+                .par_chunks_mut(block)
+                .zip(r[..len].par_chunks(block))
+                .for_each(|(rows, res)| {
+                    for (row, res) in rows
+                        .chunks_exact_mut(self.outputs)
+                        .zip(res.chunks_exact(self.outputs))
+                    {
+                        kernels::add(row, res, &self.bias);
+                    }
+                }),
+            None => out.par_chunks_mut(block).for_each(|rows| {
+                for row in rows.chunks_exact_mut(self.outputs) {
                     row.copy_from_slice(&self.bias);
                 }
-            }
+            }),
         }
         let x = &x[..tokens * self.inputs];
         match &self.packed {
@@ -69,9 +77,21 @@ impl Linear {
     }
 }
 
+/// Rows per parallel task of the row-wise kernels.
+const ROW_BLOCK: usize = 64;
+
 struct LayerNorm {
     weight: Vec<f32>,
     bias: Vec<f32>,
+}
+
+impl LayerNorm {
+    /// Normalises every `width`-wide row of `xs` in place, blocks of rows in parallel.
+    fn apply(&self, xs: &mut [f32], width: usize, eps: f32) {
+        xs.par_chunks_mut(width * ROW_BLOCK).for_each(|rows| {
+            kernels::layer_norm(rows, width, &self.weight, &self.bias, eps);
+        });
+    }
 }
 
 struct Layer {
@@ -107,11 +127,16 @@ impl<'a> Weights<'a> {
     fn new(path: &'a Path, bytes: &'a [u8]) -> Result<Self> {
         let tensors = SafeTensors::deserialize(bytes)
             .map_err(|e| Error::format(path, format!("not a safetensors file: {e}")))?;
-        let prefix = if tensors.tensor("embeddings.word_embeddings.weight").is_ok() {
-            ""
-        } else {
-            "bert."
-        };
+        // Bare encoders, and encoders inside a transformers task model
+        // (`BertForSequenceClassification`, `XLMRobertaForSequenceClassification`).
+        let prefix = ["", "bert.", "roberta."]
+            .into_iter()
+            .find(|p| {
+                tensors
+                    .tensor(&format!("{p}embeddings.word_embeddings.weight"))
+                    .is_ok()
+            })
+            .unwrap_or("");
         Ok(Self {
             path,
             tensors,
@@ -126,7 +151,7 @@ impl<'a> Weights<'a> {
             .tensor(&full)
             .map_err(|_| Error::MissingTensor {
                 path: self.path.to_path_buf(),
-                name: name.to_owned(),
+                name: full.clone(),
             })?;
         if view.shape() != shape {
             return Err(Error::Shape {
@@ -136,28 +161,7 @@ impl<'a> Weights<'a> {
                 actual: view.shape().to_vec(),
             });
         }
-        let data = view.data();
-        let values = match view.dtype() {
-            Dtype::F32 => data
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-            Dtype::F16 => data
-                .chunks_exact(2)
-                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            Dtype::BF16 => data
-                .chunks_exact(2)
-                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            other => {
-                return Err(Error::format(
-                    self.path,
-                    format!("tensor `{full}` has dtype {other:?}; f32, f16 or bf16 expected"),
-                ));
-            }
-        };
-        Ok(values)
+        widen(self.path, &full, &view)
     }
 
     fn linear(&self, name: &str, inputs: usize, outputs: usize) -> Result<Linear> {
@@ -177,6 +181,79 @@ impl<'a> Weights<'a> {
             weight: self.get(&format!("{name}.weight"), &[width])?,
             bias: self.get(&format!("{name}.bias"), &[width])?,
         })
+    }
+}
+
+/// A tensor's values as f32 (f16 and bf16 widened).
+fn widen(path: &Path, name: &str, view: &safetensors::tensor::TensorView<'_>) -> Result<Vec<f32>> {
+    let data = view.data();
+    Ok(match view.dtype() {
+        Dtype::F32 => data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        Dtype::F16 => data
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        Dtype::BF16 => data
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        other => {
+            return Err(Error::format(
+                path,
+                format!("tensor `{name}` has dtype {other:?}; f32, f16 or bf16 expected"),
+            ));
+        }
+    })
+}
+
+/// A safetensors file read whole, for tensors beyond the encoder (task
+/// heads): looked up by their full names.
+pub struct TensorFile {
+    path: std::path::PathBuf,
+    bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for TensorFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorFile")
+            .field("path", &self.path)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+impl TensorFile {
+    /// Reads the file.
+    pub fn open(path: &Path) -> Result<Self> {
+        let bytes = crate::error::read_file(path, "the model's weights")?;
+        SafeTensors::deserialize(&bytes)
+            .map_err(|e| Error::format(path, format!("not a safetensors file: {e}")))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            bytes,
+        })
+    }
+
+    /// The shape and f32 values of tensor `name`, or `None` if the file has
+    /// no such tensor.
+    pub fn get(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
+        let tensors = SafeTensors::deserialize(&self.bytes)
+            .map_err(|e| Error::format(&self.path, format!("not a safetensors file: {e}")))?;
+        match tensors.tensor(name) {
+            Ok(view) => Ok(Some((
+                view.shape().to_vec(),
+                widen(&self.path, name, &view)?,
+            ))),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 }
 
@@ -243,33 +320,36 @@ impl NativeBert {
 
     /// Token states of a batch of sequences laid end to end: returns the
     /// `Σ len × hidden` matrix, row `offsets[s] + t` for token t of sequence s.
-    pub(crate) fn forward(&self, sequences: &[Vec<u32>]) -> Vec<f32> {
+    pub(crate) fn forward(&self, inputs: &[&Tokens]) -> Vec<f32> {
         let h = self.config.hidden_size;
         let inter = self.config.intermediate_size;
         let eps = self.config.layer_norm_eps as f32;
-        let tokens: usize = sequences.iter().map(Vec::len).sum();
+        let tokens: usize = inputs.iter().map(|t| t.ids.len()).sum();
+        // RoBERTa-style models number positions from padding_idx + 1.
+        let first_position = self.config.position_offset();
 
         let mut hidden = vec![0.0f32; tokens * h];
         let mut row = 0;
-        for seq in sequences {
-            for (pos, &id) in seq.iter().enumerate() {
+        for input in inputs {
+            for (pos, &id) in input.ids.iter().enumerate() {
                 let out = &mut hidden[row * h..(row + 1) * h];
                 let word = &self.word[id as usize * h..(id as usize + 1) * h];
-                let position = &self.position[pos * h..(pos + 1) * h];
+                let p = first_position + pos;
+                let position = &self.position[p * h..(p + 1) * h];
                 kernels::add(out, word, position);
-                for (o, t) in out.iter_mut().zip(&self.token_type[..h]) {
+                let kind = input.types.get(pos).map_or(0, |&t| t as usize);
+                for (o, t) in out
+                    .iter_mut()
+                    .zip(&self.token_type[kind * h..(kind + 1) * h])
+                {
                     *o += t;
                 }
                 row += 1;
             }
         }
-        kernels::layer_norm(
-            &mut hidden,
-            h,
-            &self.embedding_norm.weight,
-            &self.embedding_norm.bias,
-            eps,
-        );
+        let sequences: Vec<usize> = inputs.iter().map(|t| t.ids.len()).collect();
+        let sequences = &sequences[..];
+        self.embedding_norm.apply(&mut hidden, h, eps);
 
         let mut qkv = vec![0.0f32; tokens * 3 * h];
         let mut context = vec![0.0f32; tokens * h];
@@ -281,8 +361,7 @@ impl NativeBert {
             layer
                 .attention_out
                 .forward(&context, tokens, &mut attended, Some(&hidden));
-            let norm = &layer.attention_norm;
-            kernels::layer_norm(&mut attended, h, &norm.weight, &norm.bias, eps);
+            layer.attention_norm.apply(&mut attended, h, eps);
             layer
                 .intermediate
                 .forward(&attended, tokens, &mut intermediate, None);
@@ -293,14 +372,13 @@ impl NativeBert {
             layer
                 .output
                 .forward(&intermediate, tokens, &mut hidden, Some(&attended));
-            let norm = &layer.output_norm;
-            kernels::layer_norm(&mut hidden, h, &norm.weight, &norm.bias, eps);
+            layer.output_norm.apply(&mut hidden, h, eps);
         }
         hidden
     }
 
     /// Self-attention of every sequence and head: `context = softmax(QKᵀ/√d)V`.
-    fn attention(&self, sequences: &[Vec<u32>], qkv: &[f32], context: &mut [f32]) {
+    fn attention(&self, sequences: &[usize], qkv: &[f32], context: &mut [f32]) {
         let h = self.config.hidden_size;
         let heads = self.config.num_attention_heads;
         let d = self.config.head_size();
@@ -309,10 +387,10 @@ impl NativeBert {
         let mut parts = Vec::with_capacity(sequences.len());
         let mut rest = &mut context[..];
         let mut offset = 0;
-        for seq in sequences {
-            let (mine, tail) = rest.split_at_mut(seq.len() * h);
-            parts.push((offset, seq.len(), mine));
-            offset += seq.len();
+        for &len in sequences {
+            let (mine, tail) = rest.split_at_mut(len * h);
+            parts.push((offset, len, mine));
+            offset += len;
             rest = tail;
         }
         parts.into_par_iter().for_each_init(

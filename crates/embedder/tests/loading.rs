@@ -255,6 +255,11 @@ fn settings_that_cannot_work_are_refused() {
     let err = load(dir.path(), EmbedderOptions::default()).unwrap_err();
     assert!(err.to_string().contains("1_Pooling/config.json"), "{err}");
     assert!(err.to_string().contains("only mean and CLS"), "{err}");
+    std::fs::write(
+        dir.path().join("1_Pooling/config.json"),
+        r#"{"pooling_mode_mean_tokens": true}"#,
+    )
+    .unwrap();
 
     std::fs::write(dir.path().join("config.json"), r#"{"hidden_size": 8}"#).unwrap();
     let err = load(dir.path(), EmbedderOptions::default()).unwrap_err();

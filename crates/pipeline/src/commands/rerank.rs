@@ -1,0 +1,77 @@
+//! `pipeline rerank`: rescore the top N of any first-stage run with a
+//! cross-encoder.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use eval::{Dataset, Run};
+use reranker::{Activation, CrossEncoder, RerankerOptions};
+
+use crate::cli::RerankArgs;
+use crate::commands::embed::{backend, model_dir, precision};
+
+pub(crate) fn run(args: &RerankArgs) -> Result<()> {
+    if args.top_n == 0 {
+        bail!("--top-n must be at least 1");
+    }
+    let data = Dataset::load(&args.data, &args.split)
+        .with_context(|| format!("loading SkillRet data from {}", args.data.display()))?;
+    let first = Run::read(&args.run, &args.split)
+        .with_context(|| format!("reading the run {}", args.run.display()))?;
+    let mut options = RerankerOptions::default()
+        .with_batch_tokens(args.batch_tokens)
+        .with_backend(backend(args.backend))
+        .with_precision(precision(args.precision))
+        .with_activation(if args.sigmoid {
+            Activation::Sigmoid
+        } else {
+            Activation::Identity
+        });
+    if let Some(n) = args.max_length {
+        options = options.with_max_length(n);
+    }
+    let dir = model_dir(&args.model, args.revision.as_deref())?;
+    let model = CrossEncoder::from_dir(&dir, options)
+        .with_context(|| format!("loading the cross-encoder {}", dir.display()))?;
+    let queries: HashMap<String, String> = data
+        .queries
+        .iter()
+        .map(|q| (q.id.clone(), q.text.clone()))
+        .collect();
+    let skills: HashMap<&str, &eval::Skill> =
+        data.skills.iter().map(|s| (s.id.as_str(), s)).collect();
+    let pairs: usize = first
+        .query_ids()
+        .iter()
+        .map(|q| first.get(q).map_or(0, |d| d.len().min(args.top_n)))
+        .sum();
+    eprintln!(
+        "{}: {} labels, max {} tokens, on {}; {} queries, top {} → {pairs} pairs",
+        dir.display(),
+        model.labels(),
+        model.max_length(),
+        model.device(),
+        first.len(),
+        args.top_n,
+    );
+    let started = Instant::now();
+    let bar = crate::progress::bar(pairs as u64, "reranking");
+    let reranked = model.rerank_run(
+        &first,
+        &queries,
+        &|id| skills.get(id).map(|s| s.text()),
+        args.top_n,
+        &|done| bar.set_position(done as u64),
+    )?;
+    bar.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64().max(1e-9);
+    eprintln!(
+        "reranked {pairs} pairs in {seconds:.2} s: {:.1} pairs/s",
+        pairs as f64 / seconds
+    );
+    reranked
+        .write_trec(&args.output, &args.tag)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    Ok(())
+}

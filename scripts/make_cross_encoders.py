@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Build the two TEST cross-encoders the reranker's tests and benchmark use.
+
+THEIR SCORES MEAN NOTHING. No cross-encoder weights can be downloaded on these
+machines (no HuggingFace Hub), so these checkpoints only exercise the code paths
+with real layouts and real sizes; real rerankers load by Hub id where the Hub is
+reachable.
+
+- models/test-bert-cross-encoder: all-MiniLM-L6-v2's encoder and pooler (from
+  models/all-MiniLM-L6-v2, installed by scripts/fetch-models.sh) under `bert.`,
+  plus a seeded random `classifier` (1 label), in the layout transformers'
+  `BertForSequenceClassification.save_pretrained` writes (model.safetensors,
+  config.json with id2label, tokenizer files).
+- models/test-xlmr-cross-encoder: a tiny random XLM-RoBERTa sequence classifier
+  (2 layers, hidden 32, 2 labels) in the layout of
+  `XLMRobertaForSequenceClassification` (`roberta.*`, `classifier.dense`,
+  `classifier.out_proj`), with multilingual-e5-small's XLM-R tokenizer.json.
+
+Standard library only, so CI rebuilds both byte for byte without PyTorch: the
+random values come from Python's seeded Mersenne Twister. That transformers
+loads each with no missing or unexpected weights is checked by
+scripts/make_reranker_fixture.py. Idempotent: a checkpoint whose files are
+already there is left alone (delete the folder to rebuild it).
+
+    python3 scripts/make_cross_encoders.py [--models models]
+"""
+
+import argparse
+import json
+import random
+import shutil
+import struct
+import sys
+from array import array
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WARNING = "TEST MODEL: random classification head, its scores mean nothing (built by scripts/make_cross_encoders.py)"
+
+
+def read_safetensors(path):
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    header.pop("__metadata__", None)
+    base = 8 + n
+    tensors = {}
+    for name, info in header.items():
+        if name.endswith("position_ids"):
+            continue  # a buffer, not a weight; transformers does not save it
+        if info["dtype"] != "F32":
+            sys.exit(f"{path}: tensor {name} is {info['dtype']}, F32 expected")
+        start, end = info["data_offsets"]
+        tensors[name] = (info["shape"], data[base + start : base + end])
+    return tensors
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> (shape, little-endian f32 bytes); names sorted as safetensors does."""
+    header, offset, blobs = {}, 0, []
+    for name in sorted(tensors):
+        shape, blob = tensors[name]
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+        blobs.append(blob)
+    header["__metadata__"] = {"format": "pt"}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+    tmp.replace(path)
+
+
+def f32(values):
+    a = array("f", values)
+    if sys.byteorder != "little":
+        a.byteswap()
+    return a.tobytes()
+
+
+def uniform(rng, n, scale):
+    return f32(scale * (2.0 * rng.random() - 1.0) for _ in range(n))
+
+
+def normal(rng, n, std):
+    return f32(rng.gauss(0.0, std) for _ in range(n))
+
+
+def bert_cross_encoder(models, seed):
+    src = models / "all-MiniLM-L6-v2"
+    out = models / "test-bert-cross-encoder"
+    if (out / "model.safetensors").exists():
+        print(f"{out}: present")
+        return
+    if not (src / "model.safetensors").exists():
+        sys.exit(f"{src}: missing; run scripts/fetch-models.sh first")
+    out.mkdir(parents=True, exist_ok=True)
+    config = json.loads((src / "config.json").read_text())
+    hidden = config["hidden_size"]
+    tensors = {f"bert.{name}": value for name, value in read_safetensors(src / "model.safetensors").items()}
+    if "bert.pooler.dense.weight" not in tensors:
+        sys.exit(f"{src}/model.safetensors has no pooler")
+    rng = random.Random(seed)
+    tensors["classifier.weight"] = ([1, hidden], normal(rng, hidden, 0.02 * 10))
+    tensors["classifier.bias"] = ([1], f32([0.0]))
+    write_safetensors(out / "model.safetensors", tensors)
+    config.update(
+        {
+            "architectures": ["BertForSequenceClassification"],
+            "id2label": {"0": "LABEL_0"},
+            "label2id": {"LABEL_0": 0},
+            "_comment": WARNING,
+        }
+    )
+    config.pop("_name_or_path", None)
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    for name in ["tokenizer.json", "vocab.txt", "special_tokens_map.json", "LICENSE", "NOTICE"]:
+        if (src / name).exists():
+            shutil.copyfile(src / name, out / name)
+    tokenizer_config = json.loads((src / "tokenizer_config.json").read_text())
+    tokenizer_config["model_max_length"] = 512
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n")
+    (out / "README.md").write_text(f"# {WARNING}\n\nEncoder and pooler: sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0, see LICENSE).\n")
+    print(f"{out}: built")
+
+
+def xlmr_cross_encoder(models, seed):
+    tokenizer = models / "multilingual-e5-small" / "tokenizer.json"
+    out = models / "test-xlmr-cross-encoder"
+    if (out / "model.safetensors").exists():
+        print(f"{out}: present")
+        return
+    if not tokenizer.exists():
+        sys.exit(f"{tokenizer}: missing; run scripts/fetch-models.sh first")
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = json.loads((models / "multilingual-e5-small" / "config.json").read_text())["vocab_size"]
+    hidden, layers, heads, inter, positions, labels = 32, 2, 4, 64, 514, 2
+    rng = random.Random(seed)
+    t = {}
+
+    def linear(name, n_in, n_out):
+        t[f"{name}.weight"] = ([n_out, n_in], normal(rng, n_in * n_out, 0.08))
+        t[f"{name}.bias"] = ([n_out], uniform(rng, n_out, 0.05))
+
+    def norm(name):
+        t[f"{name}.weight"] = ([hidden], f32(1.0 + 0.1 * (2.0 * rng.random() - 1.0) for _ in range(hidden)))
+        t[f"{name}.bias"] = ([hidden], uniform(rng, hidden, 0.05))
+
+    t["roberta.embeddings.word_embeddings.weight"] = ([vocab, hidden], uniform(rng, vocab * hidden, 0.1))
+    t["roberta.embeddings.position_embeddings.weight"] = ([positions, hidden], uniform(rng, positions * hidden, 0.1))
+    t["roberta.embeddings.token_type_embeddings.weight"] = ([1, hidden], uniform(rng, hidden, 0.1))
+    norm("roberta.embeddings.LayerNorm")
+    for i in range(layers):
+        p = f"roberta.encoder.layer.{i}"
+        for part in ["query", "key", "value"]:
+            linear(f"{p}.attention.self.{part}", hidden, hidden)
+        linear(f"{p}.attention.output.dense", hidden, hidden)
+        norm(f"{p}.attention.output.LayerNorm")
+        linear(f"{p}.intermediate.dense", hidden, inter)
+        linear(f"{p}.output.dense", inter, hidden)
+        norm(f"{p}.output.LayerNorm")
+    linear("classifier.dense", hidden, hidden)
+    linear("classifier.out_proj", hidden, labels)
+    write_safetensors(out / "model.safetensors", t)
+    config = {
+        "_comment": WARNING,
+        "architectures": ["XLMRobertaForSequenceClassification"],
+        "attention_probs_dropout_prob": 0.1,
+        "bos_token_id": 0,
+        "classifier_dropout": None,
+        "eos_token_id": 2,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "hidden_size": hidden,
+        "id2label": {"0": "LABEL_0", "1": "LABEL_1"},
+        "initializer_range": 0.02,
+        "intermediate_size": inter,
+        "label2id": {"LABEL_0": 0, "LABEL_1": 1},
+        "layer_norm_eps": 1e-05,
+        "max_position_embeddings": positions,
+        "model_type": "xlm-roberta",
+        "num_attention_heads": heads,
+        "num_hidden_layers": layers,
+        "pad_token_id": 1,
+        "position_embedding_type": "absolute",
+        "type_vocab_size": 1,
+        "vocab_size": vocab,
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    shutil.copyfile(tokenizer, out / "tokenizer.json")
+    tokenizer_config = {
+        "bos_token": "<s>",
+        "cls_token": "<s>",
+        "eos_token": "</s>",
+        "mask_token": "<mask>",
+        "model_max_length": 512,
+        "pad_token": "<pad>",
+        "sep_token": "</s>",
+        "tokenizer_class": "XLMRobertaTokenizer",
+        "unk_token": "<unk>",
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n")
+    (out / "README.md").write_text(f"# {WARNING}\n\nRandom weights; tokenizer: multilingual-e5-small's XLM-R sentencepiece tokenizer.json.\n")
+    print(f"{out}: built")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=str(ROOT / "models"))
+    ap.add_argument("--seed", type=int, default=20261130)
+    args = ap.parse_args()
+    models = Path(args.models)
+    bert_cross_encoder(models, args.seed)
+    xlmr_cross_encoder(models, args.seed + 1)
+
+
+if __name__ == "__main__":
+    main()
