@@ -326,3 +326,434 @@ fn embed_explains_a_missing_model() {
         text(&out.stderr)
     );
 }
+
+fn test_cross_encoder() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/test-bert-cross-encoder");
+    if dir.join("model.safetensors").is_file() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "skipping: {} is absent (run scripts/fetch-models.sh and scripts/make_cross_encoders.py)",
+            dir.display()
+        );
+        None
+    }
+}
+
+/// A TREC run file as (query, doc, score) lines in file order.
+fn read_run(path: &Path) -> Vec<(String, String, f64)> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0].to_owned(), f[2].to_owned(), f[4].parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn rerank_rescores_the_top_n_of_any_run() {
+    let Some(model) = test_cross_encoder() else {
+        return;
+    };
+    let tiny = fixture("tiny");
+    let first = tiny.join("runs/lexical.run.trec");
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("reranked.trec");
+    let out = pipeline(&[
+        "rerank",
+        "--model",
+        path(&model),
+        "--data",
+        path(&tiny),
+        "--run",
+        path(&first),
+        "--top-n",
+        "2",
+        "--max-length",
+        "128",
+        "--output",
+        path(&output),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("pairs/s"));
+    let before = read_run(&first);
+    let after = read_run(&output);
+    assert_eq!(before.len(), after.len(), "every candidate is kept");
+    let queries: std::collections::BTreeSet<&str> =
+        before.iter().map(|(q, _, _)| q.as_str()).collect();
+    for query in queries {
+        let mut firsts: Vec<(f64, &str)> = before
+            .iter()
+            .filter(|(q, _, _)| q == query)
+            .map(|(_, d, s)| (*s, d.as_str()))
+            .collect();
+        firsts.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(a.1)));
+        let reranked: Vec<&str> = after
+            .iter()
+            .filter(|(q, _, _)| q == query)
+            .map(|(_, d, _)| d.as_str())
+            .collect();
+        // The top 2 are the first stage's top 2, in any order; the rest follow
+        // in first-stage order.
+        let mut top: Vec<&str> = reranked.iter().take(2).copied().collect();
+        let mut expected_top: Vec<&str> = firsts.iter().take(2).map(|x| x.1).collect();
+        top.sort_unstable();
+        expected_top.sort_unstable();
+        assert_eq!(top, expected_top, "query {query}");
+        let rest: Vec<&str> = firsts.iter().skip(2).map(|x| x.1).collect();
+        assert_eq!(&reranked[top.len()..], &rest[..], "query {query}");
+    }
+    // The same command again writes the same bytes.
+    let again = dir.path().join("again.trec");
+    let out = pipeline(&[
+        "rerank",
+        "--model",
+        path(&model),
+        "--data",
+        path(&tiny),
+        "--run",
+        path(&first),
+        "--top-n",
+        "2",
+        "--max-length",
+        "128",
+        "--output",
+        path(&again),
+    ]);
+    assert!(out.status.success());
+    assert_eq!(
+        std::fs::read(&output).unwrap(),
+        std::fs::read(&again).unwrap()
+    );
+}
+
+#[test]
+fn rerank_refuses_a_bi_encoder_and_explains_test_models() {
+    let help = text(&pipeline(&["rerank", "--help"]).stdout);
+    for needle in ["TEST models", "mean nothing", "--top-n", "Examples:"] {
+        assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
+    }
+    let Some(model) = minilm() else { return };
+    let tiny = fixture("tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("out.trec");
+    let out = pipeline(&[
+        "rerank",
+        "--model",
+        path(&model),
+        "--data",
+        path(&tiny),
+        "--run",
+        path(&tiny.join("runs/lexical.run.trec")),
+        "--output",
+        path(&output),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("no sequence-classification head"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!output.exists());
+}
+
+fn configs() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs")
+}
+
+/// `pipeline run` with a configuration, output and cache in `dir`.
+fn run_config(dir: &Path, config_text: &str, data: &Path, out: &str) -> Output {
+    let config = dir.join(format!("{out}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "{config_text}\n[output]\ncache = \"{}\"\n",
+            dir.join("cache").display()
+        ),
+    )
+    .unwrap();
+    pipeline(&[
+        "run",
+        "--config",
+        path(&config),
+        "--data",
+        path(data),
+        "--out",
+        path(&dir.join(out)),
+    ])
+}
+
+#[test]
+fn run_bm25_end_to_end_writes_every_output_deterministically() {
+    let tiny = fixture("tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let config = std::fs::read_to_string(configs().join("bm25.toml")).unwrap();
+    let out = run_config(dir.path(), &config, &tiny, "a");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let a = dir.path().join("a");
+    for file in [
+        "metrics.json",
+        "timings.json",
+        "run.retriever.trec",
+        "per_query.tsv",
+        "report.md",
+        "recall_at_k.svg",
+    ] {
+        assert!(a.join(file).is_file(), "{file} missing");
+    }
+    // The terminal shows the stage table; stderr a line per stage.
+    assert!(text(&out.stdout).contains("| NDCG@10 |"));
+    assert!(text(&out.stderr).contains("bm25"));
+    // metrics.json agrees with `pipeline eval` on the written run.
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(a.join("metrics.json")).unwrap()).unwrap();
+    let eval = pipeline(&[
+        "eval",
+        "--qrels",
+        path(&tiny),
+        "--run",
+        path(&a.join("run.retriever.trec")),
+        "--format",
+        "json",
+    ]);
+    let eval: serde_json::Value = serde_json::from_slice(&eval.stdout).unwrap();
+    for key in ["NDCG@10", "Recall@5", "Completeness@15", "MAP@10", "MRR"] {
+        assert_eq!(metrics["retriever"][key], eval[key], "{key}");
+    }
+    // per_query.tsv: a row per query with the rank of each relevant skill.
+    let tsv = std::fs::read_to_string(a.join("per_query.tsv")).unwrap();
+    assert!(tsv.starts_with("query\tstage\tNDCG@5"));
+    assert!(tsv.contains("t-1\tretriever\t"));
+    assert!(tsv.contains("tiny.k8s-backup:1"), "{tsv}");
+    let svg = std::fs::read_to_string(a.join("recall_at_k.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("retriever Recall@k"));
+    // A second run writes the same bytes (all but the timings).
+    let out = run_config(dir.path(), &config, &tiny, "b");
+    assert!(out.status.success());
+    let b = dir.path().join("b");
+    for file in [
+        "metrics.json",
+        "run.retriever.trec",
+        "per_query.tsv",
+        "recall_at_k.svg",
+    ] {
+        assert_eq!(
+            std::fs::read(a.join(file)).unwrap(),
+            std::fs::read(b.join(file)).unwrap(),
+            "{file} differs between identical runs"
+        );
+    }
+    // compare: one row per run and stage.
+    let cmp = pipeline(&["compare", path(&a), path(&b)]);
+    assert!(cmp.status.success(), "{}", text(&cmp.stderr));
+    let table = text(&cmp.stdout);
+    assert_eq!(table.matches("| retriever |").count(), 2, "{table}");
+}
+
+#[test]
+fn run_config_errors_name_the_file_and_line_and_write_nothing() {
+    let tiny = fixture("tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_config(
+        dir.path(),
+        "[data]\nsplit = \"test\"\n[retriever]\nkind = \"bm25\"\ntop_k = 5\n",
+        &tiny,
+        "bad",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("bad.toml:5"), "{err}");
+    assert!(err.contains("top_k"), "{err}");
+    assert!(!dir.path().join("bad").exists());
+    let help = text(&pipeline(&["run", "--help"]).stdout);
+    for needle in ["--limit-queries", "metrics.json", "Examples:", "resumes"] {
+        assert!(help.contains(needle), "--help lacks {needle:?}");
+    }
+}
+
+#[test]
+fn run_every_stage_caches_embeddings_and_reports_the_reranker() {
+    let (Some(_), Some(_)) = (minilm(), test_cross_encoder()) else {
+        return;
+    };
+    let tiny = fixture("tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let config = std::fs::read_to_string(configs().join("minilm-hnsw-test-reranker.toml"))
+        .unwrap()
+        .replace("\"models/", &format!("\"{}/models/", root.display()));
+    let first = run_config(dir.path(), &config, &tiny, "a");
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    assert!(text(&first.stderr).contains("0 of 1 shards from the cache"));
+    let report = std::fs::read_to_string(dir.path().join("a/report.md")).unwrap();
+    for needle in [
+        "| reranker |",
+        "Δ",
+        "wins",
+        "p = ",
+        "HNSW against exact search",
+    ] {
+        assert!(
+            report.contains(needle),
+            "report.md lacks {needle:?}:\n{report}"
+        );
+    }
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("a/metrics.json")).unwrap())
+            .unwrap();
+    assert!(metrics["reranker"]["NDCG@10"].is_f64());
+    assert!(metrics["hnsw_recall"]["Recall@10"].is_f64());
+    // The second run reads every vector from the cache and writes the same metrics.
+    let second = run_config(dir.path(), &config, &tiny, "b");
+    assert!(second.status.success());
+    let err = text(&second.stderr);
+    assert!(err.contains("all 1 shards from the cache"), "{err}");
+    assert!(
+        !err.contains("embedder:"),
+        "the model is not even loaded:\n{err}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("a/metrics.json")).unwrap(),
+        std::fs::read(dir.path().join("b/metrics.json")).unwrap()
+    );
+}
+
+/// A SkillRet directory with `n` skills (the tiny fixture's, repeated under
+/// new ids) and the tiny fixture's queries and judgements.
+fn bigger_corpus(dir: &Path, n: usize) -> PathBuf {
+    let tiny = fixture("tiny");
+    let data = dir.join("data");
+    for sub in ["skills", "queries", "qrels"] {
+        std::fs::create_dir_all(data.join(sub)).unwrap();
+    }
+    for sub in ["queries", "qrels"] {
+        std::fs::copy(
+            tiny.join(sub).join("test.jsonl"),
+            data.join(sub).join("test.jsonl"),
+        )
+        .unwrap();
+    }
+    let skills: Vec<serde_json::Value> = std::fs::read_to_string(tiny.join("skills/test.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut lines = String::new();
+    for i in 0..n {
+        let mut s = skills[i % skills.len()].clone();
+        if i >= skills.len() {
+            s["id"] = format!("copy-{i}").into();
+            s["description"] =
+                format!("{} (variant {i})", s["description"].as_str().unwrap()).into();
+        }
+        lines.push_str(&s.to_string());
+        lines.push('\n');
+    }
+    std::fs::write(data.join("skills/test.jsonl"), lines).unwrap();
+    data
+}
+
+#[test]
+fn a_run_killed_while_embedding_resumes_from_its_finished_shards() {
+    let Some(_) = minilm() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let data = bigger_corpus(dir.path(), 1024);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let config = format!(
+        "[data]\nsplit = \"test\"\n[embedder]\nmodel = \"{}/models/all-MiniLM-L6-v2\"\nmax_length = 64\n[retriever]\nkind = \"dense\"\n",
+        root.display()
+    );
+    let config_path = dir.path().join("c.toml");
+    let cache = dir.path().join("cache");
+    std::fs::write(
+        &config_path,
+        format!("{config}[output]\ncache = \"{}\"\n", cache.display()),
+    )
+    .unwrap();
+    let shards = || -> usize {
+        walk(&cache.join("embeddings/documents"))
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "f32"))
+            .count()
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(["run", "--config", path(&config_path), "--data", path(&data)])
+        .args(["--out", path(&dir.path().join("killed"))])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // SIGKILL as soon as the first of the 4 shards is on disk.
+    let started = std::time::Instant::now();
+    while shards() == 0 {
+        assert!(
+            started.elapsed().as_secs() < 300,
+            "no shard was written in 5 minutes"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "the run ended early");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let kept = shards();
+    assert!((1..4).contains(&kept), "{kept} shards after the kill");
+    assert!(!dir.path().join("killed/metrics.json").exists());
+
+    let resumed = pipeline(&[
+        "run",
+        "--config",
+        path(&config_path),
+        "--data",
+        path(&data),
+        "--out",
+        path(&dir.path().join("resumed")),
+    ]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let err = text(&resumed.stderr);
+    assert!(
+        err.contains(&format!("{kept} of 4 shards from the cache")),
+        "{err}"
+    );
+    // The same answer as a run that was never interrupted (fresh cache).
+    let clean_config = dir.path().join("clean.toml");
+    std::fs::write(
+        &clean_config,
+        format!(
+            "{config}[output]\ncache = \"{}\"\n",
+            dir.path().join("cache2").display()
+        ),
+    )
+    .unwrap();
+    let clean = pipeline(&[
+        "run",
+        "--config",
+        path(&clean_config),
+        "--data",
+        path(&data),
+        "--out",
+        path(&dir.path().join("clean")),
+    ]);
+    assert!(clean.status.success());
+    assert_eq!(
+        std::fs::read(dir.path().join("resumed/metrics.json")).unwrap(),
+        std::fs::read(dir.path().join("clean/metrics.json")).unwrap()
+    );
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}

@@ -32,6 +32,7 @@ mod jsonl;
 pub mod metrics;
 mod qrels;
 mod run;
+pub mod stats;
 mod trec;
 
 pub use data::{Dataset, Query, Skill, SplitFiles, document_text};

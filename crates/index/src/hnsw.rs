@@ -41,7 +41,7 @@ const UNIT_TOLERANCE: f32 = 1e-3;
 
 /// HNSW parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct HnswParams {
     /// Neighbours kept per node and layer (M), 2..=255.
     pub m: usize,

@@ -17,6 +17,13 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run a retriever (+ reranker) configuration on SkillRet end to end and
+    /// report what each stage contributes.
+    #[command(long_about = RUN_ABOUT)]
+    Run(RunArgs),
+    /// One table of the main metrics of finished runs (for swapping models).
+    #[command(long_about = COMPARE_ABOUT)]
+    Compare(CompareArgs),
     /// Score a ranking against relevance judgements, exactly as trec_eval
     /// (pytrec_eval) and the official SkillRet evaluation do.
     #[command(long_about = EVAL_ABOUT)]
@@ -24,9 +31,78 @@ pub enum Command {
     /// Turn texts, skills or queries into vectors with a bi-encoder.
     #[command(long_about = EMBED_ABOUT)]
     Embed(EmbedArgs),
+    /// Rescore the top N of a first-stage run with a cross-encoder.
+    #[command(long_about = RERANK_ABOUT)]
+    Rerank(RerankArgs),
     /// Prepare model directories (see also scripts/fetch-models.sh).
     #[command(subcommand)]
     Models(ModelsCommand),
+}
+
+const RUN_ABOUT: &str = "\
+Run a retriever (+ reranker) configuration on SkillRet end to end and report what each \
+stage contributes.
+
+data → embed the corpus (cached on disk in shards: a second run reads them, an \
+interrupted one resumes) → index (exact, or HNSW with its recall against exact search) → \
+embed the queries → retrieve the top N → rerank the top N → score every stage with \
+trec_eval-exact metrics.
+
+The configuration is a TOML file (see configs/, each says what it is for): [data] dir or \
+hub_revision, split; [embedder] model, prefixes, pooling, max_length, batch_tokens, \
+precision, backend; [retriever] kind = dense | bm25 | hybrid, index = exact | hnsw, top_n, \
+[retriever.hnsw] m, ef_construction, ef_search, deterministic; [reranker] model, top_n, \
+max_length; [eval] k; [output] dir, cache. Unknown keys are errors.
+
+Outputs in the out directory: metrics.json (per stage, official key names; identical \
+inputs give identical bytes), timings.json, run.<stage>.trec, per_query.tsv (each query's \
+metrics per stage and the rank of each relevant skill), report.md (stage table with \
+deltas, reranker wins/ties/losses and a paired randomization test, HNSW recall) and \
+recall_at_k.svg.
+
+Examples:
+  pipeline run --config configs/minilm.toml --data ../shared/skillret-sample
+  pipeline run --config configs/bm25.toml --data tests/fixtures/tiny --out runs/tiny-bm25
+  pipeline run --config configs/e5.toml --limit-queries 100";
+
+/// Arguments of `pipeline run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The run configuration (TOML).
+    #[arg(long, value_name = "TOML")]
+    pub config: PathBuf,
+
+    /// SkillRet data directory (overrides the configuration's [data]).
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+
+    /// Output directory [default: the configuration's [output] dir, else
+    /// runs/<config name>].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+
+    /// Score only the first N queries (by id): a quick look.
+    #[arg(long, value_name = "N")]
+    pub limit_queries: Option<usize>,
+}
+
+const COMPARE_ABOUT: &str = "\
+One table of the main metrics of finished runs (their metrics.json), a row per run \
+and stage, for swapping models.
+
+Examples:
+  pipeline compare runs/minilm runs/e5 runs/bm25";
+
+/// Arguments of `pipeline compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Output directories of `pipeline run`.
+    #[arg(required = true, value_name = "DIR")]
+    pub runs: Vec<PathBuf>,
+
+    /// Output: a Markdown table, or JSON.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
 }
 
 const EMBED_ABOUT: &str = "\
@@ -95,6 +171,91 @@ pub struct EmbedArgs {
 
     /// Arithmetic of the native engine's linear layers: f32, or bf16 (AVX-512
     /// BF16 CPUs; about 1.6x faster, cosine ≥ 0.999 to f32).
+    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
+    pub precision: PrecisionArg,
+}
+
+const RERANK_ABOUT: &str = "\
+Rescore the top N of a first-stage run with a cross-encoder, as sentence-transformers' \
+CrossEncoder scores (query, document) pairs, and write the reranked run.
+
+Each query's top N documents (by score, ties by id descending) are scored as \
+(query text, `name | description | skill_md`) pairs and reordered by that score; the \
+documents below the top N stay behind in first-stage order. The run may be a TREC \
+run or the official SkillRet output JSON, ours or the official ones.
+
+Cross-encoders: transformers sequence-classification saves of BERT \
+(`bert.*`, `bert.pooler`, `classifier`; e.g. cross-encoder/ms-marco-MiniLM-L-6-v2) or \
+XLM-RoBERTa (`roberta.*`, `classifier.dense`, `classifier.out_proj`; e.g. \
+BAAI/bge-reranker-base), from a local directory or a Hub id with --revision where the \
+Hub is reachable. One label: the logit is the score (--sigmoid for a probability); two \
+labels: label 1's logit.
+
+No real cross-encoder can be downloaded on machines without the Hub. \
+scripts/make_cross_encoders.py builds two TEST models (models/test-bert-cross-encoder, \
+models/test-xlmr-cross-encoder) with random classification heads: they exercise the \
+code, their scores mean nothing.
+
+Examples:
+  pipeline rerank --model cross-encoder/ms-marco-MiniLM-L-6-v2 --revision <sha> \\
+      --data ../shared/skillret-sample --run runs/minilm.run.trec --output runs/minilm+ce.run.trec
+  pipeline rerank --model models/test-bert-cross-encoder --data ../shared/skillret-sample \\
+      --run ../shared/skillret-sample/reference/bm25.run.trec --top-n 20 --output /tmp/bm25+test.trec";
+
+/// Arguments of `pipeline rerank`.
+#[derive(Debug, Args)]
+pub struct RerankArgs {
+    /// A cross-encoder directory, or a Hub id (with --revision).
+    #[arg(long, value_name = "DIR|ID")]
+    pub model: String,
+
+    /// The commit of a Hub model (40 hex digits).
+    #[arg(long, value_name = "SHA")]
+    pub revision: Option<String>,
+
+    /// SkillRet data directory (skills/<split>.jsonl and queries/<split>.jsonl
+    /// give the texts).
+    #[arg(long, value_name = "DIR")]
+    pub data: PathBuf,
+
+    /// The split.
+    #[arg(long, default_value = "test")]
+    pub split: String,
+
+    /// The first-stage run: TREC, or the official SkillRet output JSON.
+    #[arg(long, value_name = "FILE")]
+    pub run: PathBuf,
+
+    /// How many of each query's best first-stage documents to rescore.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub top_n: usize,
+
+    /// The reranked TREC run to write (atomically).
+    #[arg(long, value_name = "FILE")]
+    pub output: PathBuf,
+
+    /// Run tag of the output.
+    #[arg(long, default_value = "rerank")]
+    pub tag: String,
+
+    /// Truncate pairs to this many tokens [default: the tokenizer's
+    /// model_max_length, at most the model's positions].
+    #[arg(long, value_name = "TOKENS")]
+    pub max_length: Option<usize>,
+
+    /// Tokens per batch.
+    #[arg(long, default_value_t = 8192, value_name = "TOKENS")]
+    pub batch_tokens: usize,
+
+    /// Score one-label models by the sigmoid of the logit (a probability).
+    #[arg(long)]
+    pub sigmoid: bool,
+
+    /// Engine (as for `pipeline embed`).
+    #[arg(long, value_enum, default_value_t = BackendArg::Native)]
+    pub backend: BackendArg,
+
+    /// Arithmetic of the native engine's linear layers (as for `pipeline embed`).
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     pub precision: PrecisionArg,
 }

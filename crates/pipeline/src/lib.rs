@@ -2,15 +2,22 @@
 //! over the library crates.
 #![warn(missing_docs)]
 
+mod cache;
 pub mod cli;
 mod commands;
+pub mod config;
+mod plot;
 mod progress;
+mod report;
 
 /// Runs one parsed command line.
 pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
     match cli.command {
+        cli::Command::Run(args) => commands::run::run(&args),
+        cli::Command::Compare(args) => commands::compare::run(&args),
         cli::Command::Eval(args) => commands::eval::run(&args),
         cli::Command::Embed(args) => commands::embed::run(&args),
+        cli::Command::Rerank(args) => commands::rerank::run(&args),
         cli::Command::Models(cli::ModelsCommand::ConvertE5s1(args)) => {
             commands::models::convert_e5s1(&args)
         }

@@ -14,15 +14,8 @@ pub(crate) fn run(args: &EmbedArgs) -> Result<()> {
     let mut options = EmbedderOptions::default()
         .with_prefixes(&args.query_prefix, &args.document_prefix)
         .with_batch_tokens(args.batch_tokens)
-        .with_backend(match args.backend {
-            BackendArg::Native => Backend::Native,
-            BackendArg::Candle => Backend::Candle,
-            BackendArg::Cuda => Backend::Cuda,
-        })
-        .with_precision(match args.precision {
-            PrecisionArg::F32 => Precision::F32,
-            PrecisionArg::Bf16 => Precision::Bf16,
-        });
+        .with_backend(backend(args.backend))
+        .with_precision(precision(args.precision));
     if let Some(n) = args.max_length {
         options = options.with_max_length(n);
     }
@@ -68,6 +61,23 @@ pub(crate) fn run(args: &EmbedArgs) -> Result<()> {
     })
     .with_context(|| format!("writing {}", args.output.display()))?;
     Ok(())
+}
+
+/// The engine a command-line choice names.
+pub(crate) fn backend(arg: BackendArg) -> Backend {
+    match arg {
+        BackendArg::Native => Backend::Native,
+        BackendArg::Candle => Backend::Candle,
+        BackendArg::Cuda => Backend::Cuda,
+    }
+}
+
+/// The precision a command-line choice names.
+pub(crate) fn precision(arg: PrecisionArg) -> Precision {
+    match arg {
+        PrecisionArg::F32 => Precision::F32,
+        PrecisionArg::Bf16 => Precision::Bf16,
+    }
 }
 
 /// A local directory, or a Hub id fetched at a pinned revision.

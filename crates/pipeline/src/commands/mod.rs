@@ -1,5 +1,8 @@
 //! One module per subcommand.
 
+pub(crate) mod compare;
 pub(crate) mod embed;
 pub(crate) mod eval;
 pub(crate) mod models;
+pub(crate) mod rerank;
+pub(crate) mod run;

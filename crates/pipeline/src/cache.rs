@@ -1,0 +1,199 @@
+//! The on-disk embedding cache.
+//!
+//! Vectors are stored under a key that hashes everything that changes them:
+//! the model's files (weights, config, tokenizer, sentence-transformers
+//! settings) and Hub revision, the prefix, the length, pooling, precision and
+//! engine options, the text recipe, and the texts themselves with their ids.
+//! Inputs are cut into shards of a fixed size, each embedded and written on its
+//! own (to a temporary name, then renamed), so an interrupted run keeps every
+//! finished shard and the next run only embeds the rest.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use sha2::{Digest, Sha256};
+
+/// Bumped when the text recipe or the shard layout changes; the workspace
+/// version is part of it so that a new engine never reads an old one's vectors.
+const VERSION: &str = concat!(
+    "skillret-embeddings/1 text=name|description|skill_md engine=",
+    env!("CARGO_PKG_VERSION")
+);
+const MAGIC: &[u8; 8] = b"SKRVEC01";
+
+/// Files of a model directory whose bytes decide its vectors.
+const MODEL_FILES: &[&str] = &[
+    "model.safetensors",
+    "config.json",
+    "tokenizer.json",
+    "modules.json",
+    "sentence_bert_config.json",
+    "1_Pooling/config.json",
+];
+
+/// sha256 of a model directory's deciding files (absent ones count as absent).
+pub(crate) fn model_fingerprint(dir: &Path) -> Result<String> {
+    let mut hasher = Sha256::new();
+    for name in MODEL_FILES {
+        let path = dir.join(name);
+        hasher.update(name.as_bytes());
+        match fs::File::open(&path) {
+            Ok(mut file) => {
+                let mut inner = Sha256::new();
+                std::io::copy(&mut file, &mut inner)
+                    .with_context(|| format!("hashing {}", path.display()))?;
+                hasher.update(inner.finalize());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => hasher.update(b"absent"),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+/// One set of inputs to embed under one key.
+pub(crate) struct Shards {
+    dir: PathBuf,
+    size: usize,
+    count: usize,
+    dim: usize,
+    inputs: usize,
+}
+
+impl Shards {
+    /// The shard directory for `texts` (with their `ids`) embedded under
+    /// `settings` (every option that changes a vector, as text).
+    pub(crate) fn new(
+        cache: &Path,
+        what: &str,
+        settings: &str,
+        ids: &[&str],
+        texts: &[String],
+        dim: usize,
+        size: usize,
+    ) -> Self {
+        let mut hasher = Sha256::new();
+        for part in [VERSION, settings] {
+            hasher.update((part.len() as u64).to_le_bytes());
+            hasher.update(part.as_bytes());
+        }
+        for (id, text) in ids.iter().zip(texts) {
+            for part in [*id, text.as_str()] {
+                hasher.update((part.len() as u64).to_le_bytes());
+                hasher.update(part.as_bytes());
+            }
+        }
+        let key = hex(&hasher.finalize());
+        let size = size.max(1);
+        Self {
+            dir: cache.join("embeddings").join(what).join(&key[..32]),
+            size,
+            count: texts.len().div_ceil(size),
+            dim,
+            inputs: texts.len(),
+        }
+    }
+
+    /// Number of shards.
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The input range of shard `i`.
+    pub(crate) fn range(&self, i: usize) -> std::ops::Range<usize> {
+        i * self.size..((i + 1) * self.size).min(self.inputs)
+    }
+
+    fn path(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("shard-{i:06}.f32"))
+    }
+
+    /// The vectors of shard `i` if a complete copy is on disk.
+    pub(crate) fn load(&self, i: usize) -> Result<Option<Vec<f32>>> {
+        let path = self.path(i);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        let rows = self.range(i).len();
+        let expected = 16 + rows * self.dim * 4;
+        if bytes.len() != expected
+            || &bytes[..8] != MAGIC
+            || bytes[8..16] != ((rows * self.dim) as u64).to_le_bytes()
+        {
+            // Not ours or damaged: embed again and overwrite.
+            return Ok(None);
+        }
+        Ok(Some(
+            bytes[16..]
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        ))
+    }
+
+    /// Writes shard `i` (atomically: a reader sees all of it or none).
+    pub(crate) fn store(&self, i: usize, vectors: &[f32]) -> Result<()> {
+        if vectors.len() != self.range(i).len() * self.dim {
+            bail!(
+                "shard {i}: {} floats for {} rows",
+                vectors.len(),
+                self.range(i).len()
+            );
+        }
+        fs::create_dir_all(&self.dir)
+            .with_context(|| format!("creating {}", self.dir.display()))?;
+        let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)
+            .with_context(|| format!("writing in {}", self.dir.display()))?;
+        let mut bytes = Vec::with_capacity(16 + vectors.len() * 4);
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&(vectors.len() as u64).to_le_bytes());
+        for v in vectors {
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        tmp.write_all(&bytes)
+            .and_then(|()| tmp.as_file().sync_all())
+            .with_context(|| format!("writing {}", self.path(i).display()))?;
+        tmp.persist(self.path(i))
+            .with_context(|| format!("writing {}", self.path(i).display()))?;
+        Ok(())
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_round_trip_and_keys_follow_the_inputs() {
+        let dir = tempfile::tempdir().unwrap();
+        let texts: Vec<String> = (0..5).map(|i| format!("text {i}")).collect();
+        let ids = ["a", "b", "c", "d", "e"];
+        let shards = Shards::new(dir.path(), "docs", "model x", &ids, &texts, 2, 2);
+        assert_eq!(shards.count(), 3);
+        assert_eq!(shards.range(2), 4..5);
+        assert!(shards.load(0).unwrap().is_none());
+        shards.store(2, &[1.0, -2.5]).unwrap();
+        assert_eq!(shards.load(2).unwrap().unwrap(), [1.0, -2.5]);
+        assert!(shards.store(1, &[1.0]).is_err());
+        // Another setting, text or id: another key.
+        let other = Shards::new(dir.path(), "docs", "model y", &ids, &texts, 2, 2);
+        assert!(other.load(2).unwrap().is_none());
+        let mut changed = texts.clone();
+        changed[4].push('!');
+        let other = Shards::new(dir.path(), "docs", "model x", &ids, &changed, 2, 2);
+        assert!(other.load(2).unwrap().is_none());
+        // A truncated shard is not used.
+        let path = shards.path(2);
+        let bytes = fs::read(&path).unwrap();
+        fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
+        assert!(shards.load(2).unwrap().is_none());
+    }
+}

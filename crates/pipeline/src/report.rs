@@ -1,0 +1,335 @@
+//! The outputs of `pipeline run`: metrics per stage, runs, per-query table,
+//! the Markdown report and the Recall@k / NDCG@k plot. Everything but
+//! `timings.json` depends only on the inputs, so identical runs write identical
+//! bytes.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use eval::metrics::{Evaluation, Metric, Options, evaluate};
+use eval::{Qrels, Run};
+use serde_json::{Map, Value, json};
+
+use crate::config::Settings;
+
+/// Rounds of the paired randomization test.
+const TRIALS: usize = 10_000;
+/// Its seed (fixed: the p-value is part of the deterministic report).
+const SEED: u64 = 20_260_512;
+
+/// One stage's ranking.
+pub(crate) struct Stage {
+    /// `retriever` or `reranker`.
+    pub(crate) name: String,
+    /// Its run.
+    pub(crate) run: Run,
+}
+
+/// HNSW against exact search on the run's queries.
+#[derive(Debug, Clone)]
+pub(crate) struct HnswRecall {
+    pub(crate) at_10: f64,
+    pub(crate) at_n: f64,
+    pub(crate) n: usize,
+    pub(crate) ef_search: usize,
+}
+
+/// Wall time of one stage.
+pub(crate) struct StageTiming {
+    pub(crate) stage: String,
+    pub(crate) seconds: f64,
+    pub(crate) detail: String,
+}
+
+impl StageTiming {
+    pub(crate) fn new(stage: &str, started: Instant, detail: String) -> Self {
+        Self {
+            stage: stage.to_owned(),
+            seconds: started.elapsed().as_secs_f64(),
+            detail,
+        }
+    }
+}
+
+/// What the terminal shows.
+pub(crate) struct Written {
+    pub(crate) table: String,
+}
+
+/// Scores the stages and writes every deterministic output.
+pub(crate) fn write(
+    settings: &Settings,
+    qrels: &Qrels,
+    skills: &[eval::Skill],
+    stages: &[Stage],
+    hnsw: Option<&HnswRecall>,
+    _timings: &[StageTiming],
+) -> Result<Written> {
+    let out = &settings.out;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let options = Options::default().with_cutoffs(&settings.k)?;
+    let evaluations: Vec<Evaluation> = stages
+        .iter()
+        .map(|s| evaluate(qrels, &s.run, &options))
+        .collect();
+
+    let mut metrics = Map::new();
+    for (stage, e) in stages.iter().zip(&evaluations) {
+        metrics.insert(stage.name.clone(), Value::Object(e.summary_json(true)));
+    }
+    if let Some(h) = hnsw {
+        metrics.insert(
+            "hnsw_recall".to_owned(),
+            json!({"ef_search": h.ef_search, "Recall@10": h.at_10, format!("Recall@{}", h.n): h.at_n}),
+        );
+    }
+    write_text(
+        &out.join("metrics.json"),
+        &(serde_json::to_string_pretty(&metrics)? + "\n"),
+    )?;
+
+    for stage in stages {
+        let path = out.join(format!("run.{}.trec", stage.name));
+        stage
+            .run
+            .write_trec(&path, &stage.name)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    write_text(
+        &out.join("per_query.tsv"),
+        &per_query(qrels, stages, &evaluations),
+    )?;
+    let table = stage_table(settings, stages, &evaluations);
+    write_text(
+        &out.join("report.md"),
+        &markdown(settings, skills.len(), stages, &evaluations, hnsw, &table),
+    )?;
+    let curve_depth = settings.retriever.top_n;
+    let curves = curves(qrels, stages, curve_depth)?;
+    write_text(
+        &out.join("recall_at_k.svg"),
+        &crate::plot::svg(&curves, curve_depth),
+    )?;
+    Ok(Written { table })
+}
+
+/// `timings.json` (not deterministic: wall times).
+pub(crate) fn write_timings(out: &Path, timings: &[StageTiming]) -> Result<()> {
+    let list: Vec<Value> = timings
+        .iter()
+        .map(|t| json!({"stage": t.stage, "seconds": t.seconds, "detail": t.detail}))
+        .collect();
+    let total: f64 = timings.iter().map(|t| t.seconds).sum();
+    let value = json!({"stages": list, "total_seconds": total});
+    write_text(
+        &out.join("timings.json"),
+        &(serde_json::to_string_pretty(&value)? + "\n"),
+    )
+}
+
+fn write_text(path: &Path, text: &str) -> Result<()> {
+    eval::io::write_atomically(path, |w| w.write_all(text.as_bytes()))
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// The main metrics, one row each, a column per stage and the change.
+fn stage_table(settings: &Settings, stages: &[Stage], evals: &[Evaluation]) -> String {
+    let mut rows: Vec<Metric> = Vec::new();
+    for &k in &settings.k {
+        rows.extend([Metric::Ndcg(k), Metric::Recall(k), Metric::Completeness(k)]);
+    }
+    for &k in &settings.k {
+        rows.extend([Metric::Map(k), Metric::Precision(k), Metric::HitRate(k)]);
+    }
+    rows.push(Metric::Mrr);
+    let mut s = String::from("| metric |");
+    for stage in stages {
+        let _ = write!(s, " {} |", stage.name);
+    }
+    if stages.len() == 2 {
+        s.push_str(" Δ |");
+    }
+    s.push_str("\n|---|");
+    for _ in stages {
+        s.push_str("---:|");
+    }
+    if stages.len() == 2 {
+        s.push_str("---:|");
+    }
+    s.push('\n');
+    for metric in rows {
+        let values: Vec<f64> = evals
+            .iter()
+            .map(|e| e.mean_of(metric).unwrap_or(f64::NAN))
+            .collect();
+        let _ = write!(s, "| {metric} |");
+        for v in &values {
+            let _ = write!(s, " {v:.4} |");
+        }
+        if values.len() == 2 {
+            let _ = write!(s, " {:+.4} |", values[1] - values[0]);
+        }
+        s.push('\n');
+    }
+    s
+}
+
+fn markdown(
+    settings: &Settings,
+    skills: usize,
+    stages: &[Stage],
+    evals: &[Evaluation],
+    hnsw: Option<&HnswRecall>,
+    table: &str,
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# SkillRet run: `{}`\n", settings.path.display());
+    let data = match &settings.data {
+        crate::config::DataSource::Dir(d) => format!("`{}`", d.display()),
+        crate::config::DataSource::Hub(r) => format!("ThakiCloud/SKILLRET at {r}"),
+    };
+    let queries = evals.first().map_or(0, |e| e.per_query.len());
+    let _ = writeln!(
+        s,
+        "Data: {data}, split `{}`: {skills} skills, {queries} judged queries scored.",
+        settings.split
+    );
+    let r = &settings.retriever;
+    let first = match (&settings.embedder, r.kind) {
+        (Some(e), kind) => format!(
+            "{kind:?} ({}, {:?} index), top {}",
+            e.model.model, r.index, r.top_n
+        ),
+        (None, kind) => format!("{kind:?}, top {}", r.top_n),
+    };
+    let _ = writeln!(s, "Retriever: {first}.");
+    if let Some(rr) = &settings.reranker {
+        let _ = writeln!(s, "Reranker: {}, top {}.", rr.model.model, rr.top_n);
+    }
+    let _ = writeln!(s, "\n## Stages\n\n{table}");
+    if stages.len() == 2 {
+        let m = Metric::Ndcg(10);
+        let (a, b) = (
+            per_query_values(&evals[0], m),
+            per_query_values(&evals[1], m),
+        );
+        if let (Some(a), Some(b)) = (a, b) {
+            let (mut wins, mut ties, mut losses) = (0, 0, 0);
+            for (x, y) in a.iter().zip(&b) {
+                if (y - x).abs() <= 1e-12 {
+                    ties += 1;
+                } else if y > x {
+                    wins += 1;
+                } else {
+                    losses += 1;
+                }
+            }
+            let p = eval::stats::paired_randomization_test(&a, &b, TRIALS, SEED);
+            let _ = writeln!(
+                s,
+                "## Reranker against retriever, per query (NDCG@10)\n\n\
+                 {wins} wins, {ties} ties, {losses} losses over {} queries. \
+                 Paired randomization test of the mean difference ({TRIALS} rounds, two-sided): p = {p:.4}.\n",
+                a.len()
+            );
+        }
+    }
+    if let Some(h) = hnsw {
+        let _ = writeln!(
+            s,
+            "## HNSW against exact search\n\nOn these queries, ef_search {}: recall@10 {:.4}, recall@{} {:.4} \
+             (share of the exact top k that HNSW returned).\n",
+            h.ef_search, h.at_10, h.n, h.at_n
+        );
+    }
+    let _ = writeln!(
+        s,
+        "Files: `metrics.json` (per stage, official key names), `run.<stage>.trec`, `per_query.tsv`, \
+         `recall_at_k.svg`, `timings.json`."
+    );
+    s
+}
+
+/// Each query's value of `metric`, in query order; `None` if not computed.
+fn per_query_values(e: &Evaluation, metric: Metric) -> Option<Vec<f64>> {
+    let i = e.metrics.iter().position(|m| *m == metric)?;
+    Some(e.per_query.iter().map(|q| q.values[i]).collect())
+}
+
+/// `query stage metric… relevant_ranks`: the rank of each relevant skill in
+/// that stage's run (`-` when it was not retrieved).
+fn per_query(qrels: &Qrels, stages: &[Stage], evals: &[Evaluation]) -> String {
+    let mut s = String::from("query\tstage");
+    if let Some(e) = evals.first() {
+        for m in &e.metrics {
+            let _ = write!(s, "\t{m}");
+        }
+    }
+    s.push_str("\trelevant_ranks\n");
+    for (stage, e) in stages.iter().zip(evals) {
+        for q in &e.per_query {
+            let _ = write!(s, "{}\t{}", q.query_id, stage.name);
+            for v in &q.values {
+                let _ = write!(s, "\t{v}");
+            }
+            let mut ranked = stage.run.get(&q.query_id).unwrap_or_default().to_vec();
+            eval::sort_trec(&mut ranked);
+            let ranks: BTreeMap<&str, usize> = ranked
+                .iter()
+                .enumerate()
+                .map(|(i, d)| (&*d.id, i + 1))
+                .collect();
+            let relevant: Vec<String> = qrels
+                .get(&q.query_id)
+                .map(|j| {
+                    let mut ids: Vec<&str> = j
+                        .iter()
+                        .filter(|(_, g)| **g > 0)
+                        .map(|(id, _)| id.as_ref())
+                        .collect();
+                    ids.sort_unstable();
+                    ids.into_iter()
+                        .map(|id| match ranks.get(id) {
+                            Some(r) => format!("{id}:{r}"),
+                            None => format!("{id}:-"),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let _ = writeln!(s, "\t{}", relevant.join(","));
+        }
+    }
+    s
+}
+
+/// Recall@k and NDCG@k for k = 1..=depth, per stage.
+pub(crate) struct Curve {
+    pub(crate) stage: String,
+    pub(crate) recall: Vec<f64>,
+    pub(crate) ndcg: Vec<f64>,
+}
+
+fn curves(qrels: &Qrels, stages: &[Stage], depth: usize) -> Result<Vec<Curve>> {
+    let ks: Vec<usize> = (1..=depth.max(1)).collect();
+    let options = Options::default().with_cutoffs(&ks)?;
+    Ok(stages
+        .iter()
+        .map(|stage| {
+            let e = evaluate(qrels, &stage.run, &options);
+            Curve {
+                stage: stage.name.clone(),
+                recall: ks
+                    .iter()
+                    .map(|&k| e.mean_of(Metric::Recall(k)).unwrap_or(0.0))
+                    .collect(),
+                ndcg: ks
+                    .iter()
+                    .map(|&k| e.mean_of(Metric::Ndcg(k)).unwrap_or(0.0))
+                    .collect(),
+            }
+        })
+        .collect())
+}
