@@ -360,22 +360,25 @@ fn rerank_rescores_the_top_n_of_any_run() {
     let tiny = fixture("tiny");
     let first = tiny.join("runs/lexical.run.trec");
     let dir = tempfile::tempdir().unwrap();
+    let rerank_to = |output: &Path| {
+        pipeline(&[
+            "rerank",
+            "--model",
+            path(&model),
+            "--data",
+            path(&tiny),
+            "--run",
+            path(&first),
+            "--top-n",
+            "2",
+            "--max-length",
+            "128",
+            "--output",
+            path(output),
+        ])
+    };
     let output = dir.path().join("reranked.trec");
-    let out = pipeline(&[
-        "rerank",
-        "--model",
-        path(&model),
-        "--data",
-        path(&tiny),
-        "--run",
-        path(&first),
-        "--top-n",
-        "2",
-        "--max-length",
-        "128",
-        "--output",
-        path(&output),
-    ]);
+    let out = rerank_to(&output);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("pairs/s"));
     let before = read_run(&first);
@@ -407,21 +410,7 @@ fn rerank_rescores_the_top_n_of_any_run() {
     }
     // The same command again writes the same bytes.
     let again = dir.path().join("again.trec");
-    let out = pipeline(&[
-        "rerank",
-        "--model",
-        path(&model),
-        "--data",
-        path(&tiny),
-        "--run",
-        path(&first),
-        "--top-n",
-        "2",
-        "--max-length",
-        "128",
-        "--output",
-        path(&again),
-    ]);
+    let out = rerank_to(&again);
     assert!(out.status.success());
     assert_eq!(
         std::fs::read(&output).unwrap(),

@@ -319,8 +319,9 @@ impl Embedder {
     }
 }
 
-/// L2 normalisation as torch's `F.normalize` (norm clamped at 1e-12).
-fn normalize(v: &mut [f32]) {
+/// L2 normalisation as torch's `F.normalize` (norm clamped at 1e-12), the
+/// one sentence-transformers' `Normalize` module applies.
+pub fn normalize(v: &mut [f32]) {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
     for x in v {
         *x /= norm;

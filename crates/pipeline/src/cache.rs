@@ -1,6 +1,8 @@
 //! The on-disk embedding cache.
 //!
-//! Vectors are stored under a key that hashes everything that changes them:
+//! Vectors are stored pooled but not normalised (normalisation is applied
+//! after reading, so one cache serves both settings), under a key that
+//! hashes everything that changes them:
 //! the model's files (weights, config, tokenizer, sentence-transformers
 //! settings) and Hub revision, the prefix, the length, pooling, precision and
 //! engine options, the text recipe, and the texts themselves with their ids.
@@ -18,7 +20,7 @@ use sha2::{Digest, Sha256};
 /// Bumped when the text recipe or the shard layout changes; the workspace
 /// version is part of it so that a new engine never reads an old one's vectors.
 const VERSION: &str = concat!(
-    "skillret-embeddings/1 text=name|description|skill_md engine=",
+    "skillret-embeddings/2 raw pooled vectors, text=name|description|skill_md engine=",
     env!("CARGO_PKG_VERSION")
 );
 const MAGIC: &[u8; 8] = b"SKRVEC01";

@@ -49,8 +49,8 @@ embed the queries → retrieve the top N → rerank the top N → score every st
 trec_eval-exact metrics.
 
 The configuration is a TOML file (see configs/, each says what it is for): [data] dir or \
-hub_revision, split; [embedder] model, prefixes, pooling, max_length, batch_tokens, \
-precision, backend; [retriever] kind = dense | bm25 | hybrid, index = exact | hnsw, top_n, \
+hub_revision, split; [embedder] model, prefixes, pooling, normalize, max_length, \
+batch_tokens, precision, backend; [retriever] kind = dense | bm25 | hybrid, index = exact | hnsw, top_n, \
 [retriever.hnsw] m, ef_construction, ef_search, deterministic; [reranker] model, top_n, \
 max_length; [eval] k; [output] dir, cache. Unknown keys are errors.
 

@@ -46,6 +46,7 @@ struct RawEmbedder {
     #[serde(default)]
     document_prefix: String,
     pooling: Option<Pooling>,
+    normalize: Option<bool>,
     max_length: Option<usize>,
     #[serde(default = "default_batch_tokens")]
     batch_tokens: usize,
@@ -173,6 +174,9 @@ pub struct EmbedderSettings {
     pub document_prefix: String,
     /// Pooling override.
     pub pooling: Option<Pooling>,
+    /// L2 normalisation override (default: the model directory's Normalize
+    /// module, else on).
+    pub normalize: Option<bool>,
     /// Truncation override.
     pub max_length: Option<usize>,
     /// Tokens per batch.
@@ -315,6 +319,11 @@ fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
             r.kind
         ),
         (_, Some(e)) => {
+            if r.index == IndexKind::Hnsw && e.normalize == Some(false) {
+                bail!(
+                    "{file}: [embedder] normalize = false cannot go with index = \"hnsw\" (HNSW by inner product needs unit vectors)"
+                );
+            }
             if e.batch_tokens == 0 || e.max_length == Some(0) {
                 bail!("{file}: [embedder] batch_tokens and max_length must be positive");
             }
@@ -323,6 +332,7 @@ fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
                 query_prefix: e.query_prefix,
                 document_prefix: e.document_prefix,
                 pooling: e.pooling,
+                normalize: e.normalize,
                 max_length: e.max_length,
                 batch_tokens: e.batch_tokens,
                 precision: e.precision,

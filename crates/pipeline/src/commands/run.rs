@@ -278,7 +278,14 @@ fn dense(
     timings: &mut Vec<StageTiming>,
 ) -> Result<Dense> {
     let dir = resolve_model(&e.model)?;
+    // Pooled vectors are cached raw; normalisation follows the model's
+    // Normalize module unless the configuration says otherwise.
+    let normalize = e
+        .normalize
+        .or(embedder::SentenceTransformersConfig::read(&dir)?.normalize)
+        .unwrap_or(true);
     let mut options = EmbedderOptions::default()
+        .with_normalize(false)
         .with_prefixes(&e.query_prefix, &e.document_prefix)
         .with_batch_tokens(e.batch_tokens)
         .with_backend(e.backend)
@@ -311,7 +318,7 @@ fn dense(
     };
 
     let ids: Vec<&str> = doc_ids.iter().map(|s| &**s).collect();
-    let docs = embed_cached(
+    let mut docs = embed_cached(
         settings,
         &mut model,
         &mut load,
@@ -328,7 +335,7 @@ fn dense(
     )?;
     let q_ids: Vec<&str> = queries.iter().map(|q| q.id.as_str()).collect();
     let q_texts: Vec<String> = queries.iter().map(|q| q.text.clone()).collect();
-    let query_vectors = embed_cached(
+    let mut query_vectors = embed_cached(
         settings,
         &mut model,
         &mut load,
@@ -340,6 +347,15 @@ fn dense(
         dim,
         timings,
     )?;
+
+    if normalize {
+        for row in docs
+            .chunks_exact_mut(dim)
+            .chain(query_vectors.chunks_exact_mut(dim))
+        {
+            embedder::normalize(row);
+        }
+    }
 
     let started = Instant::now();
     let exact = ExactIndex::new(doc_ids.to_vec(), docs.clone(), dim)?;
