@@ -214,17 +214,24 @@ fn help_teaches() {
     assert!(text(&out.stderr).contains("cut-offs must be positive"));
 }
 
-fn minilm() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
+/// An installed model directory, or `None` with a note saying how to install it.
+fn installed(name: &str) -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models")
+        .join(name);
     if dir.join("model.safetensors").is_file() {
         Some(dir)
     } else {
         eprintln!(
-            "skipping: {} is absent (run scripts/fetch-models.sh)",
+            "skipping: {} is absent (run scripts/fetch-models.sh and scripts/make_cross_encoders.py)",
             dir.display()
         );
         None
     }
+}
+
+fn minilm() -> Option<PathBuf> {
+    installed("all-MiniLM-L6-v2")
 }
 
 #[test]
@@ -328,16 +335,7 @@ fn embed_explains_a_missing_model() {
 }
 
 fn test_cross_encoder() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/test-bert-cross-encoder");
-    if dir.join("model.safetensors").is_file() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "skipping: {} is absent (run scripts/fetch-models.sh and scripts/make_cross_encoders.py)",
-            dir.display()
-        );
-        None
-    }
+    installed("test-bert-cross-encoder")
 }
 
 /// A TREC run file as (query, doc, score) lines in file order.

@@ -87,9 +87,9 @@ impl Error {
     }
 }
 
-/// Reads a whole file; a missing one is [`Error::MissingFile`] saying `what` it is for.
-pub(crate) fn read_file(path: &Path, what: &'static str) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| {
+/// Opens a file; a missing one is [`Error::MissingFile`] saying `what` it is for.
+pub(crate) fn open_file(path: &Path, what: &'static str) -> Result<std::fs::File> {
+    std::fs::File::open(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             Error::MissingFile {
                 path: path.to_path_buf(),
@@ -99,6 +99,14 @@ pub(crate) fn read_file(path: &Path, what: &'static str) -> Result<Vec<u8>> {
             Error::io(path, e)
         }
     })
+}
+
+/// Reads a whole file; a missing one is [`Error::MissingFile`] saying `what` it is for.
+pub(crate) fn read_file(path: &Path, what: &'static str) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut open_file(path, what)?, &mut bytes)
+        .map_err(|e| Error::io(path, e))?;
+    Ok(bytes)
 }
 
 /// The crate's result type.

@@ -209,11 +209,12 @@ fn widen(path: &Path, name: &str, view: &safetensors::tensor::TensorView<'_>) ->
     })
 }
 
-/// A safetensors file read whole, for tensors beyond the encoder (task
-/// heads): looked up by their full names.
+/// A safetensors file, for tensors beyond the encoder (task heads): looked
+/// up by their full names. The file is mapped, not read, so taking a head
+/// from weights the encoder has already loaded reads only the head's pages.
 pub struct TensorFile {
     path: std::path::PathBuf,
-    bytes: Vec<u8>,
+    bytes: memmap2::Mmap,
 }
 
 impl std::fmt::Debug for TensorFile {
@@ -226,9 +227,13 @@ impl std::fmt::Debug for TensorFile {
 }
 
 impl TensorFile {
-    /// Reads the file.
+    /// Opens (maps) the file and checks its header.
     pub fn open(path: &Path) -> Result<Self> {
-        let bytes = crate::error::read_file(path, "the model's weights")?;
+        let file = crate::error::open_file(path, "the model's weights")?;
+        // SAFETY: the mapping is read-only and private to this value; model
+        // files are not modified while a model is being loaded (as for any
+        // weights loader that maps them, e.g. candle's).
+        let bytes = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
         SafeTensors::deserialize(&bytes)
             .map_err(|e| Error::format(path, format!("not a safetensors file: {e}")))?;
         Ok(Self {

@@ -55,6 +55,22 @@ pub(crate) fn model_fingerprint(dir: &Path) -> Result<String> {
     Ok(hex(&hasher.finalize()))
 }
 
+/// The cache key of `texts` (with their `ids`) under `settings`: sha256 of
+/// the cache version, the settings and every id and text, length-prefixed.
+pub(crate) fn content_key(settings: &str, ids: &[&str], texts: &[String]) -> String {
+    let mut hasher = Sha256::new();
+    let parts = [VERSION, settings].into_iter().chain(
+        ids.iter()
+            .zip(texts)
+            .flat_map(|(id, text)| [*id, text.as_str()]),
+    );
+    for part in parts {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    hex(&hasher.finalize())
+}
+
 /// One set of inputs to embed under one key.
 pub(crate) struct Shards {
     dir: PathBuf,
@@ -76,18 +92,7 @@ impl Shards {
         dim: usize,
         size: usize,
     ) -> Self {
-        let mut hasher = Sha256::new();
-        for part in [VERSION, settings] {
-            hasher.update((part.len() as u64).to_le_bytes());
-            hasher.update(part.as_bytes());
-        }
-        for (id, text) in ids.iter().zip(texts) {
-            for part in [*id, text.as_str()] {
-                hasher.update((part.len() as u64).to_le_bytes());
-                hasher.update(part.as_bytes());
-            }
-        }
-        let key = hex(&hasher.finalize());
+        let key = content_key(settings, ids, texts);
         let size = size.max(1);
         Self {
             dir: cache.join("embeddings").join(what).join(&key[..32]),

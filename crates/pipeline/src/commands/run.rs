@@ -376,21 +376,15 @@ fn dense(
         }
         IndexKind::Hnsw => {
             let params = settings.retriever.hnsw;
-            let key = crate::cache::hex(&{
-                use sha2::Digest;
-                let mut h = sha2::Sha256::new();
-                h.update(format!(
-                    "{vector_settings} {:?} {params:?}",
+            // The documents' vectors key, plus what else shapes the graph.
+            let key = crate::cache::content_key(
+                &format!(
+                    "{vector_settings} prefix={:?} kind=document normalize={normalize} hnsw={params:?}",
                     e.document_prefix
-                ));
-                for (id, t) in ids.iter().zip(doc_texts) {
-                    h.update((id.len() as u64).to_le_bytes());
-                    h.update(id.as_bytes());
-                    h.update((t.len() as u64).to_le_bytes());
-                    h.update(t.as_bytes());
-                }
-                h.finalize()
-            });
+                ),
+                &ids,
+                doc_texts,
+            );
             let path = settings.cache.join("hnsw").join(&key[..32]);
             let (hnsw, how) = match HnswIndex::load(&path, doc_ids.to_vec()) {
                 Ok(index) => (index, "loaded from the cache"),
