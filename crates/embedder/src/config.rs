@@ -1,151 +1,52 @@
-//! What a model directory says about the model: `config.json` (architecture)
-//! and the sentence-transformers files (pooling, normalisation, length).
+//! What a model directory's sentence-transformers and tokenizer files say:
+//! pooling, normalisation, prompts and length. (The architecture, from
+//! `config.json`, is [`crate::ModelConfig`].)
+//!
+//! Both generations of sentence-transformers' saved files are read: before
+//! 6.x (`pooling_mode_mean_tokens`-style booleans, `max_seq_length` in
+//! `sentence_bert_config.json`, module types `sentence_transformers.models.*`)
+//! and 6.x (`"pooling_mode": "mean"`, the limit as `model_max_length` in
+//! `tokenizer_config.json`, module types such as
+//! `sentence_transformers.base.modules.transformer.Transformer`).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
 
-/// The BERT architecture, from `config.json`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct BertConfig {
-    /// Rows of the word-embedding matrix.
-    pub vocab_size: usize,
-    /// Width of every hidden state.
-    pub hidden_size: usize,
-    /// Number of transformer layers.
-    pub num_hidden_layers: usize,
-    /// Attention heads per layer.
-    pub num_attention_heads: usize,
-    /// Width of the feed-forward layer.
-    pub intermediate_size: usize,
-    /// Activation of the feed-forward layer (`gelu` only).
-    #[serde(default = "default_act")]
-    pub hidden_act: String,
-    /// Number of position embeddings: the longest input.
-    pub max_position_embeddings: usize,
-    /// Number of token types.
-    #[serde(default = "default_type_vocab")]
-    pub type_vocab_size: usize,
-    /// LayerNorm epsilon.
-    #[serde(default = "default_eps")]
-    pub layer_norm_eps: f64,
-    /// Padding token id.
-    #[serde(default)]
-    pub pad_token_id: usize,
-    /// `absolute` only.
-    #[serde(default = "default_position_type")]
-    pub position_embedding_type: String,
-    /// transformers' model type (`bert`, `xlm-roberta`, ...).
-    #[serde(default)]
-    pub model_type: Option<String>,
-}
-
-fn default_act() -> String {
-    "gelu".to_owned()
-}
-fn default_type_vocab() -> usize {
-    2
-}
-fn default_eps() -> f64 {
-    1e-12
-}
-fn default_position_type() -> String {
-    "absolute".to_owned()
-}
-
-impl BertConfig {
-    /// Reads and checks `config.json`.
-    pub fn read(path: &Path) -> Result<Self> {
-        let config: Self = read_json(path)?;
-        let bad = |message: String| Err(Error::format(path, message));
-        if config.hidden_size == 0
-            || config.num_attention_heads == 0
-            || !config
-                .hidden_size
-                .is_multiple_of(config.num_attention_heads)
-        {
-            return bad(format!(
-                "hidden_size {} is not a positive multiple of num_attention_heads {}",
-                config.hidden_size, config.num_attention_heads
-            ));
-        }
-        if !matches!(
-            config.hidden_act.as_str(),
-            "gelu" | "gelu_new" | "gelu_pytorch_tanh"
-        ) {
-            return bad(format!(
-                "hidden_act {:?} is not supported (gelu, gelu_new, gelu_pytorch_tanh)",
-                config.hidden_act
-            ));
-        }
-        if config.position_embedding_type != "absolute" {
-            return bad(format!(
-                "position_embedding_type {:?} is not supported (absolute)",
-                config.position_embedding_type
-            ));
-        }
-        if config.type_vocab_size == 0 || config.max_input_length() == 0 {
-            return bad("type_vocab_size and max_position_embeddings must be positive".to_owned());
-        }
-        Ok(config)
-    }
-
-    /// Whether positions are numbered as RoBERTa numbers them: from
-    /// `pad_token_id + 1` (transformers' `create_position_ids_from_input_ids`).
-    pub fn roberta_positions(&self) -> bool {
-        matches!(
-            self.model_type.as_deref(),
-            Some("roberta" | "xlm-roberta" | "camembert")
-        )
-    }
-
-    /// The position of a sequence's first token.
-    pub fn position_offset(&self) -> usize {
-        if self.roberta_positions() {
-            self.pad_token_id + 1
-        } else {
-            0
-        }
-    }
-
-    /// The longest input the position table allows.
-    pub fn max_input_length(&self) -> usize {
-        self.max_position_embeddings
-            .saturating_sub(self.position_offset())
-    }
-
-    /// Width of one attention head.
-    pub fn head_size(&self) -> usize {
-        self.hidden_size / self.num_attention_heads
-    }
-
-    /// Whether the activation is the tanh approximation of GELU.
-    pub(crate) fn tanh_gelu(&self) -> bool {
-        self.hidden_act != "gelu"
-    }
-}
-
 /// How token states become one vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pooling {
-    /// Average over the tokens (sentence-transformers' `pooling_mode_mean_tokens`).
+    /// Average over the tokens (sentence-transformers' `mean`).
     Mean,
-    /// The first token's state (`pooling_mode_cls_token`).
+    /// The first token's state (`cls`).
     Cls,
+    /// The last token's state (`lasttoken`): decoder embedders such as
+    /// Qwen3-Embedding, whose tokenizer appends an end-of-text token.
+    #[serde(rename = "lasttoken")]
+    LastToken,
 }
 
 /// What the sentence-transformers files say, where present.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct SentenceTransformersConfig {
     /// From the Pooling module's `config.json`.
     pub pooling: Option<Pooling>,
+    /// Whether pooling counts the prompt's tokens (the Pooling module's
+    /// `include_prompt`; default true).
+    pub include_prompt: bool,
     /// Whether `modules.json` lists a Normalize module.
     pub normalize: Option<bool>,
-    /// `max_seq_length` from `sentence_bert_config.json`.
+    /// `max_seq_length` from `sentence_bert_config.json` (absent in 6.x saves).
     pub max_seq_length: Option<usize>,
+    /// `prompts` of `config_sentence_transformers.json`: name → text.
+    pub prompts: BTreeMap<String, String>,
+    /// `default_prompt_name` of `config_sentence_transformers.json`.
+    pub default_prompt_name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -156,8 +57,17 @@ struct Module {
     kind: String,
 }
 
+/// `pooling_mode` of a 6.x Pooling config: one mode or a list.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Modes {
+    One(String),
+    Many(Vec<String>),
+}
+
 #[derive(Deserialize)]
 struct PoolingFile {
+    pooling_mode: Option<Modes>,
     #[serde(default)]
     pooling_mode_cls_token: bool,
     #[serde(default)]
@@ -170,6 +80,12 @@ struct PoolingFile {
     pooling_mode_weightedmean_tokens: bool,
     #[serde(default)]
     pooling_mode_lasttoken: bool,
+    #[serde(default = "yes")]
+    include_prompt: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Deserialize)]
@@ -177,54 +93,184 @@ struct SentenceBertFile {
     max_seq_length: Option<usize>,
 }
 
+#[derive(Deserialize)]
+struct PromptsFile {
+    #[serde(default)]
+    prompts: BTreeMap<String, Option<String>>,
+    #[serde(default)]
+    default_prompt_name: Option<String>,
+}
+
 impl SentenceTransformersConfig {
-    /// Reads `modules.json`, the Pooling module's config and
-    /// `sentence_bert_config.json` from a model directory; absent files leave
-    /// their settings unset.
+    /// Reads `modules.json`, the Pooling module's config,
+    /// `sentence_bert_config.json` and `config_sentence_transformers.json`
+    /// from a model directory; absent files leave their settings unset.
     pub fn read(dir: &Path) -> Result<Self> {
         let mut config = Self {
-            pooling: None,
-            normalize: None,
-            max_seq_length: None,
+            include_prompt: true,
+            ..Self::default()
         };
         let modules_path = dir.join("modules.json");
         if modules_path.is_file() {
             let modules: Vec<Module> = read_json(&modules_path)?;
-            config.normalize = Some(modules.iter().any(|m| m.kind.ends_with(".Normalize")));
-            if let Some(pooling) = modules.iter().find(|m| m.kind.ends_with(".Pooling")) {
-                let path = dir.join(&pooling.path).join("config.json");
-                config.pooling = Some(read_pooling(&path)?);
+            for (i, module) in modules.iter().enumerate() {
+                let name = module.kind.rsplit('.').next().unwrap_or_default();
+                match name {
+                    "Transformer" => {}
+                    "Normalize" => config.normalize = Some(true),
+                    "Pooling" => {
+                        let path = dir.join(&module.path).join("config.json");
+                        let (pooling, include_prompt) = read_pooling(&path)?;
+                        config.pooling = Some(pooling);
+                        config.include_prompt = include_prompt;
+                    }
+                    _ => {
+                        return Err(Error::format(
+                            &modules_path,
+                            format!(
+                                "[{i}].type: module {:?} is not supported (Transformer, Pooling and Normalize are); its output would differ from sentence-transformers'",
+                                module.kind
+                            ),
+                        ));
+                    }
+                }
             }
+            config.normalize.get_or_insert(false);
         }
         let st_path = dir.join("sentence_bert_config.json");
         if st_path.is_file() {
             let st: SentenceBertFile = read_json(&st_path)?;
             config.max_seq_length = st.max_seq_length;
         }
+        let prompts_path = dir.join("config_sentence_transformers.json");
+        if prompts_path.is_file() {
+            let file: PromptsFile = read_json(&prompts_path)?;
+            config.prompts = file
+                .prompts
+                .into_iter()
+                .filter_map(|(name, text)| text.map(|t| (name, t)))
+                .collect();
+            if let Some(name) = &file.default_prompt_name
+                && !config.prompts.contains_key(name)
+            {
+                return Err(Error::format(
+                    &prompts_path,
+                    format!(
+                        "default_prompt_name {name:?} is not one of its prompts ({})",
+                        names(&config.prompts)
+                    ),
+                ));
+            }
+            config.default_prompt_name = file.default_prompt_name;
+        }
         Ok(config)
+    }
+
+    /// The text of the prompt `name`; an unknown name is an error naming the
+    /// file and the prompts it defines.
+    pub fn prompt(&self, dir: &Path, name: &str) -> Result<&str> {
+        self.prompts.get(name).map(String::as_str).ok_or_else(|| {
+            Error::format(
+                &dir.join("config_sentence_transformers.json"),
+                format!(
+                    "prompts: the model defines no prompt named {name:?} (it has: {})",
+                    names(&self.prompts)
+                ),
+            )
+        })
     }
 }
 
-fn read_pooling(path: &Path) -> Result<Pooling> {
-    let file: PoolingFile = read_json(path)?;
-    match (file.pooling_mode_mean_tokens, file.pooling_mode_cls_token) {
-        _ if file.pooling_mode_max_tokens
-            || file.pooling_mode_mean_sqrt_len_tokens
-            || file.pooling_mode_weightedmean_tokens
-            || file.pooling_mode_lasttoken =>
-        {
-            Err(Error::format(
-                path,
-                "only mean and CLS pooling are supported (max, mean_sqrt_len, weightedmean and lasttoken are not)",
-            ))
-        }
-        (true, false) => Ok(Pooling::Mean),
-        (false, true) => Ok(Pooling::Cls),
-        _ => Err(Error::format(
-            path,
-            "exactly one of pooling_mode_mean_tokens and pooling_mode_cls_token must be true",
-        )),
+fn names(prompts: &BTreeMap<String, String>) -> String {
+    if prompts.is_empty() {
+        "none".to_owned()
+    } else {
+        prompts
+            .keys()
+            .map(|k| format!("{k:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
+}
+
+fn read_pooling(path: &Path) -> Result<(Pooling, bool)> {
+    let file: PoolingFile = read_json(path)?;
+    let unsupported = |mode: &str| {
+        Error::format(
+            path,
+            format!(
+                "pooling mode {mode:?} is not supported (mean, cls and lasttoken are; max, mean_sqrt_len_tokens and weightedmean are not)"
+            ),
+        )
+    };
+    let pooling = match &file.pooling_mode {
+        Some(modes) => {
+            let modes = match modes {
+                Modes::One(m) => std::slice::from_ref(m),
+                Modes::Many(m) => m.as_slice(),
+            };
+            let [mode] = modes else {
+                return Err(Error::format(
+                    path,
+                    format!(
+                        "pooling_mode: {} modes concatenated; exactly one is supported",
+                        modes.len()
+                    ),
+                ));
+            };
+            match mode.as_str() {
+                "mean" => Pooling::Mean,
+                "cls" => Pooling::Cls,
+                "lasttoken" => Pooling::LastToken,
+                other => return Err(unsupported(other)),
+            }
+        }
+        None => {
+            for (on, mode) in [
+                (file.pooling_mode_max_tokens, "max"),
+                (
+                    file.pooling_mode_mean_sqrt_len_tokens,
+                    "mean_sqrt_len_tokens",
+                ),
+                (file.pooling_mode_weightedmean_tokens, "weightedmean"),
+            ] {
+                if on {
+                    return Err(unsupported(mode));
+                }
+            }
+            match (
+                file.pooling_mode_mean_tokens,
+                file.pooling_mode_cls_token,
+                file.pooling_mode_lasttoken,
+            ) {
+                (true, false, false) => Pooling::Mean,
+                (false, true, false) => Pooling::Cls,
+                (false, false, true) => Pooling::LastToken,
+                _ => {
+                    return Err(Error::format(
+                        path,
+                        "exactly one of pooling_mode_mean_tokens, pooling_mode_cls_token and pooling_mode_lasttoken must be true (or a 6.x `pooling_mode`)",
+                    ));
+                }
+            }
+        }
+    };
+    Ok((pooling, file.include_prompt))
+}
+
+/// `model_max_length` of `tokenizer_config.json`, when it is a real limit
+/// (transformers writes a huge sentinel when there is none).
+pub fn tokenizer_max_length(dir: &Path) -> Result<Option<usize>> {
+    let path = dir.join("tokenizer_config.json");
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let value: serde_json::Value = read_json(&path)?;
+    Ok(value
+        .get("model_max_length")
+        .and_then(serde_json::Value::as_f64)
+        .filter(|n| (1.0..1e9).contains(n))
+        .map(|n| n as usize))
 }
 
 /// Reads a JSON file into `T`, errors naming the file, line and column.
@@ -233,5 +279,14 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T
         path,
         "a model directory holds config.json, tokenizer.json and model.safetensors",
     )?;
-    serde_json::from_slice(&bytes).map_err(|e| Error::format(path, e.to_string()))
+    let mut de = serde_json::Deserializer::from_slice(&bytes);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let at = e.path().to_string();
+        let field = if at == "." {
+            String::new()
+        } else {
+            format!("{at}: ")
+        };
+        Error::format(path, format!("{field}{}", e.inner()))
+    })
 }

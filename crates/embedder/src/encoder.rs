@@ -1,20 +1,24 @@
-//! A loaded transformer encoder: tokenizer, architecture and engine, shared
-//! by the bi-encoder ([`crate::Embedder`] pools its token states) and the
-//! cross-encoder (the `reranker` crate classifies its first token).
+//! A loaded transformer: tokenizer, architecture and engine, shared by the
+//! bi-encoder ([`crate::Embedder`] pools its token states) and the
+//! rerankers (the `reranker` crate scores pairs with a classification head
+//! on the first token, or a decoder's yes/no logits on the last).
 //!
-//! Inputs are sorted by length and cut into batches by a token budget; the
-//! results come back in input order whatever the batching.
+//! Inputs are sorted by length and cut into batches by a token budget (an
+//! input longer than the budget gets a batch of its own); the results come
+//! back in input order whatever the batching.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rayon::prelude::*;
 use tokenizers::{
-    EncodeInput, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy,
+    EncodeInput, Encoding, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy,
 };
 
-use crate::config::{BertConfig, Pooling};
+use crate::config::Pooling;
 use crate::error::{Error, Result};
-use crate::{Backend, Precision, bf16, candle_backend, model};
+use crate::files::{ModelFiles, Weights};
+use crate::models::{self, Model, ModelConfig, Pool, Tokens};
+use crate::{Backend, Precision};
 
 /// How an [`Encoder`] is loaded and run.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,74 +45,24 @@ impl Default for EncoderOptions {
     }
 }
 
-/// One tokenised input: token ids, and token types (empty: all type 0).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Tokens {
-    /// Token ids, specials included.
-    pub ids: Vec<u32>,
-    /// Segment of each token (0 first text, 1 second), or empty.
-    pub types: Vec<u32>,
-}
-
-pub(crate) enum Engine {
-    Native(model::NativeBert),
-    Candle(candle_backend::CandleBert),
-}
-
-/// The files of a model directory.
-pub(crate) struct ModelFiles {
-    pub(crate) config: PathBuf,
-    pub(crate) tokenizer: PathBuf,
-    pub(crate) weights: PathBuf,
-}
-
-impl ModelFiles {
-    pub(crate) fn in_dir(dir: &Path) -> Result<Self> {
-        if !dir.is_dir() {
-            return Err(Error::Invalid(format!(
-                "{}: not a model directory (expected config.json, tokenizer.json and model.safetensors; run scripts/fetch-models.sh for the models this project uses)",
-                dir.display()
-            )));
-        }
-        let files = Self {
-            config: dir.join("config.json"),
-            tokenizer: dir.join("tokenizer.json"),
-            weights: dir.join("model.safetensors"),
-        };
-        for (path, what) in [
-            (&files.config, "the model's config.json"),
-            (&files.tokenizer, "the model's tokenizer.json"),
-            (&files.weights, "the model's weights"),
-        ] {
-            if !path.is_file() {
-                return Err(Error::MissingFile {
-                    path: path.clone(),
-                    what,
-                });
-            }
-        }
-        Ok(files)
-    }
-}
-
-/// A transformer encoder ready to run.
+/// A transformer ready to run.
 pub struct Encoder {
     tokenizer: Tokenizer,
-    /// The same tokenizer without truncation, for the texts of a pair.
+    /// The same tokenizer without truncation.
     untruncated: Tokenizer,
-    engine: Engine,
-    config: BertConfig,
+    model: Box<dyn Model>,
+    config: ModelConfig,
+    files: ModelFiles,
     max_length: usize,
     batch_tokens: usize,
     device: String,
-    dir: PathBuf,
-    weights: PathBuf,
 }
 
 impl std::fmt::Debug for Encoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Encoder")
-            .field("dir", &self.dir)
+            .field("dir", &self.files.dir)
+            .field("family", &self.config.family())
             .field("max_length", &self.max_length)
             .field("device", &self.device)
             .finish_non_exhaustive()
@@ -116,15 +70,15 @@ impl std::fmt::Debug for Encoder {
 }
 
 impl Encoder {
-    /// Loads the encoder of a model directory. `default_max_length` applies
-    /// when the options set none (e.g. sentence-transformers' max_seq_length).
+    /// Loads the model of a directory. `default_max_length` applies when the
+    /// options set none (e.g. sentence-transformers' max_seq_length).
     pub fn from_dir(
         dir: &Path,
         options: &EncoderOptions,
         default_max_length: Option<usize>,
     ) -> Result<Self> {
         let files = ModelFiles::in_dir(dir)?;
-        let config = BertConfig::read(&files.config)?;
+        let config = ModelConfig::read(&files.config)?;
         let model_max = config.max_input_length();
         let max_length = match options.max_length.or(default_max_length) {
             Some(n) if n > model_max => {
@@ -136,72 +90,70 @@ impl Encoder {
             Some(n) => n,
             None => model_max,
         };
-        if options.batch_tokens < max_length {
-            return Err(Error::Invalid(format!(
-                "a batch of {} tokens cannot hold one input of {max_length} tokens",
-                options.batch_tokens
-            )));
+        if options.batch_tokens == 0 {
+            return Err(Error::Invalid("batch_tokens must be positive".to_owned()));
         }
         let tokenizer = load_tokenizer(&files.tokenizer, &config, max_length)?;
         let mut untruncated = tokenizer.clone();
         untruncated
             .with_truncation(None)
             .map_err(|e| Error::format(&files.tokenizer, e.to_string()))?;
-        let (bf16, precision_note) = match options.precision {
-            Precision::F32 => (false, "f32"),
-            Precision::Bf16 if bf16::supported() => (true, "bf16"),
-            Precision::Bf16 => (false, "f32: this CPU has no AVX-512 BF16"),
-        };
-        let native = || -> Result<(Engine, String)> {
-            Ok((
-                Engine::Native(model::NativeBert::load(&files.weights, &config, bf16)?),
-                format!(
-                    "cpu (native, {precision_note}, {} threads)",
-                    rayon::current_num_threads()
-                ),
-            ))
-        };
-        let (engine, device) = match options.backend {
-            Backend::Native => native()?,
-            Backend::Candle => (
-                Engine::Candle(candle_backend::CandleBert::load(&files, &config, false)?),
-                "cpu (candle)".to_owned(),
-            ),
-            Backend::Cuda => match candle_backend::CandleBert::load(&files, &config, true) {
-                Ok(model) => (Engine::Candle(model), "cuda:0 (candle)".to_owned()),
-                Err(Error::Invalid(why)) => {
-                    let (engine, device) = native()?;
-                    (engine, format!("{device}: no GPU used, {why}"))
-                }
-                Err(e) => return Err(e),
-            },
-        };
+        let (model, device) = models::load(&config, &files, options.backend, options.precision)?;
         Ok(Self {
             tokenizer,
             untruncated,
-            engine,
+            model,
             config,
+            files,
             max_length,
             batch_tokens: options.batch_tokens,
             device,
-            dir: dir.to_path_buf(),
-            weights: files.weights,
         })
     }
 
     /// The architecture.
-    pub fn config(&self) -> &BertConfig {
+    pub fn config(&self) -> &ModelConfig {
         &self.config
     }
 
     /// The model directory.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.files.dir
     }
 
-    /// The weights file (`model.safetensors`), for heads read by other crates.
-    pub fn weights_path(&self) -> &Path {
-        &self.weights
+    /// The model's files.
+    pub fn files(&self) -> &ModelFiles {
+        &self.files
+    }
+
+    /// The checkpoint's tensors by full name (for task heads).
+    pub fn weights(&self) -> Result<Weights> {
+        Weights::open(&self.files.weights, &[""], "")
+    }
+
+    /// Rows `ids` of a decoder's language-model head (`lm_head.weight`, or
+    /// the embedding matrix where the checkpoint ties them), `hidden` values
+    /// each: what a yes/no reranker needs of the head.
+    pub fn lm_head_rows(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        match &self.config {
+            ModelConfig::Qwen3(c) => {
+                let weights = models::qwen3::weights(&self.files)?;
+                let name = models::qwen3::lm_head_name(&weights);
+                if name != "lm_head.weight" && !c.tie_word_embeddings {
+                    return Err(Error::MissingTensor {
+                        path: weights.path().to_path_buf(),
+                        name: "lm_head.weight".to_owned(),
+                    });
+                }
+                let rows: Vec<usize> = ids.iter().map(|&i| i as usize).collect();
+                weights.rows_full(&name, &rows, c.hidden_size)
+            }
+            other => Err(Error::Invalid(format!(
+                "{}: a {} encoder has no language-model head",
+                self.files.dir.display(),
+                other.family()
+            ))),
+        }
     }
 
     /// Where the model runs, in words.
@@ -211,7 +163,7 @@ impl Encoder {
 
     /// Width of the token states.
     pub fn hidden_size(&self) -> usize {
-        self.config.hidden_size
+        self.config.hidden_size()
     }
 
     /// The truncation length in tokens.
@@ -224,6 +176,53 @@ impl Encoder {
         texts
             .par_iter()
             .map(|text| self.encode(text.as_ref().into()))
+            .collect()
+    }
+
+    /// Token ids of `text` as it is, without the tokenizer's special tokens
+    /// and without truncation (special tokens written in the text, such as
+    /// `<|im_start|>`, are recognised).
+    pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
+        let encoding = self.untruncated.encode(text, false).map_err(failed)?;
+        Ok(self.checked(&encoding)?.ids)
+    }
+
+    /// The id of the token spelled `token` in the vocabulary, if any.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.untruncated.token_to_id(token)
+    }
+
+    /// Tokenises single texts with the tokenizer's special tokens, each cut
+    /// (on the right, specials kept) to at most `limit` tokens, as
+    /// transformers' `tokenizer(text, truncation=True, max_length=limit)`.
+    pub fn tokenize_limited<S: AsRef<str> + Sync>(
+        &self,
+        texts: &[S],
+        limit: usize,
+    ) -> Result<Vec<Tokens>> {
+        let added = self
+            .untruncated
+            .get_post_processor()
+            .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false));
+        if limit <= added {
+            return Err(Error::Invalid(format!(
+                "a limit of {limit} tokens leaves no room beside the {added} special tokens"
+            )));
+        }
+        texts
+            .par_iter()
+            .map(|text| {
+                let mut encoding = self
+                    .untruncated
+                    .encode(text.as_ref(), false)
+                    .map_err(failed)?;
+                encoding.truncate(limit - added, 0, TruncationDirection::Right);
+                let encoding = self
+                    .untruncated
+                    .post_process(encoding, None, true)
+                    .map_err(failed)?;
+                self.checked(&encoding)
+            })
             .collect()
     }
 
@@ -241,7 +240,6 @@ impl Encoder {
         A: AsRef<str> + Sync,
         B: AsRef<str> + Sync,
     {
-        let failed = |e: tokenizers::Error| Error::Inference(format!("tokenizing: {e}"));
         pairs
             .par_iter()
             .map(|(a, b)| {
@@ -256,38 +254,43 @@ impl Encoder {
             .collect()
     }
 
+    /// Whether the tokenizer appends a special token to a single text (BERT's
+    /// `[SEP]`, Qwen3-Embedding's `<|endoftext|>`).
+    pub fn appends_special(&self) -> bool {
+        let plain = self.untruncated.encode("a", false);
+        let full = self.untruncated.encode("a", true);
+        match (plain, full) {
+            (Ok(plain), Ok(full)) => {
+                let (plain, full) = (plain.get_ids(), full.get_ids());
+                full.len() > plain.len() && !full.ends_with(plain)
+            }
+            _ => false,
+        }
+    }
+
     fn encode(&self, input: EncodeInput<'_>) -> Result<Tokens> {
-        let encoding = self
-            .tokenizer
-            .encode(input, true)
-            .map_err(|e| Error::Inference(format!("tokenizing: {e}")))?;
+        let encoding = self.tokenizer.encode(input, true).map_err(failed)?;
         self.checked(&encoding)
     }
 
     /// The ids and types of an encoding, checked against the model's tables.
-    fn checked(&self, encoding: &tokenizers::Encoding) -> Result<Tokens> {
+    fn checked(&self, encoding: &Encoding) -> Result<Tokens> {
         let ids = encoding.get_ids().to_vec();
         let mismatch = |message: String| Error::TokenizerMismatch {
-            path: self.dir.join("tokenizer.json"),
+            path: self.files.tokenizer.clone(),
             message,
         };
-        if let Some(&bad) = ids
-            .iter()
-            .find(|&&id| id as usize >= self.config.vocab_size)
-        {
+        let vocab = self.config.vocab_size();
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
             return Err(mismatch(format!(
-                "token id {bad} is outside the model's vocabulary of {}",
-                self.config.vocab_size
+                "token id {bad} is outside the model's vocabulary of {vocab}"
             )));
         }
         let types = encoding.get_type_ids().to_vec();
-        if let Some(&bad) = types
-            .iter()
-            .find(|&&t| t as usize >= self.config.type_vocab_size)
-        {
+        let type_vocab = self.config.type_vocab_size();
+        if let Some(&bad) = types.iter().find(|&&t| t as usize >= type_vocab) {
             return Err(mismatch(format!(
-                "token type {bad} is beyond the model's {} token types",
-                self.config.type_vocab_size
+                "token type {bad} is beyond the model's {type_vocab} token types"
             )));
         }
         let types = if types.iter().all(|&t| t == 0) {
@@ -298,15 +301,21 @@ impl Encoder {
         Ok(Tokens { ids, types })
     }
 
-    /// One pooled (not normalised) vector per input, in input order; calls
+    /// One pooled (not normalised) vector per input, in input order; mean
+    /// and CLS pooling leave out each input's first `skip` tokens. Calls
     /// `progress` with the number of inputs done after each batch.
     pub fn encode_pooled(
         &self,
         inputs: &[Tokens],
         pooling: Pooling,
+        skip: usize,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<f32>> {
+        if let Some(empty) = inputs.iter().position(|t| t.ids.is_empty()) {
+            return Err(Error::Invalid(format!("input {empty} has no tokens")));
+        }
         let dim = self.hidden_size();
+        let pool = Pool { pooling, skip };
         let mut data = vec![0.0f32; inputs.len() * dim];
         // Longest first, so batches hold inputs of similar length.
         let mut order: Vec<usize> = (0..inputs.len()).collect();
@@ -314,13 +323,7 @@ impl Encoder {
         let mut done = 0;
         for batch in batches(&order, inputs, self.batch_tokens) {
             let seqs: Vec<&Tokens> = batch.iter().map(|&i| &inputs[i]).collect();
-            let pooled = match &self.engine {
-                Engine::Native(model) => {
-                    let states = model.forward(&seqs);
-                    pool(&states, &seqs, dim, pooling)
-                }
-                Engine::Candle(model) => model.forward_pooled(&seqs, pooling)?,
-            };
+            let pooled = self.model.forward(&seqs, pool)?;
             for (vector, &i) in pooled.chunks_exact(dim).zip(batch) {
                 data[i * dim..(i + 1) * dim].copy_from_slice(vector);
             }
@@ -331,16 +334,20 @@ impl Encoder {
     }
 }
 
-fn load_tokenizer(path: &Path, config: &BertConfig, max_length: usize) -> Result<Tokenizer> {
+fn failed(e: impl std::fmt::Display) -> Error {
+    Error::Inference(format!("tokenizing: {e}"))
+}
+
+fn load_tokenizer(path: &Path, config: &ModelConfig, max_length: usize) -> Result<Tokenizer> {
     let mut tokenizer =
         Tokenizer::from_file(path).map_err(|e| Error::format(path, e.to_string()))?;
     let size = tokenizer.get_vocab_size(true);
-    if size > config.vocab_size {
+    if size > config.vocab_size() {
         return Err(Error::TokenizerMismatch {
             path: path.to_path_buf(),
             message: format!(
                 "it has {size} tokens but the model's vocab_size is {} (is this the tokenizer of another model?)",
-                config.vocab_size
+                config.vocab_size()
             ),
         });
     }
@@ -376,38 +383,10 @@ fn batches<'a>(order: &'a [usize], inputs: &[Tokens], budget: usize) -> Vec<&'a 
     out
 }
 
-/// Pools token states (sequences laid end to end) into one vector each.
-fn pool(states: &[f32], seqs: &[&Tokens], dim: usize, pooling: Pooling) -> Vec<f32> {
-    let mut out = vec![0.0f32; seqs.len() * dim];
-    let mut row = 0;
-    for (s, seq) in seqs.iter().enumerate() {
-        let len = seq.ids.len();
-        let target = &mut out[s * dim..(s + 1) * dim];
-        match pooling {
-            Pooling::Cls => target.copy_from_slice(&states[row * dim..(row + 1) * dim]),
-            Pooling::Mean => {
-                for t in 0..len {
-                    for (o, v) in target
-                        .iter_mut()
-                        .zip(&states[(row + t) * dim..(row + t + 1) * dim])
-                    {
-                        *o += v;
-                    }
-                }
-                let n = len.max(1) as f32;
-                for o in target.iter_mut() {
-                    *o /= n;
-                }
-            }
-        }
-        row += len;
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::models::pool_states;
 
     fn tokens(len: usize) -> Tokens {
         Tokens {
@@ -429,16 +408,15 @@ mod tests {
 
     #[test]
     fn pooling() {
-        let states = [1.0, 2.0, 3.0, 4.0, 10.0, 20.0];
-        let (a, b) = (tokens(2), tokens(1));
-        let seqs = [&a, &b];
-        assert_eq!(
-            pool(&states, &seqs, 2, Pooling::Mean),
-            [2.0, 3.0, 10.0, 20.0]
-        );
-        assert_eq!(
-            pool(&states, &seqs, 2, Pooling::Cls),
-            [1.0, 2.0, 10.0, 20.0]
-        );
+        let states = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 10.0, 20.0];
+        let lengths = [3, 1];
+        let pool = |pooling, skip| pool_states(&states, &lengths, 2, Pool { pooling, skip });
+        assert_eq!(pool(Pooling::Mean, 0), [3.0, 4.0, 10.0, 20.0]);
+        assert_eq!(pool(Pooling::Cls, 0), [1.0, 2.0, 10.0, 20.0]);
+        assert_eq!(pool(Pooling::LastToken, 0), [5.0, 6.0, 10.0, 20.0]);
+        // A prompt of one token left out of mean and CLS pooling.
+        assert_eq!(pool(Pooling::Mean, 1), [4.0, 5.0, 0.0, 0.0]);
+        assert_eq!(pool(Pooling::Cls, 1), [3.0, 4.0, 10.0, 20.0]);
+        assert_eq!(pool(Pooling::LastToken, 1), [5.0, 6.0, 10.0, 20.0]);
     }
 }

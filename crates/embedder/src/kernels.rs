@@ -218,55 +218,6 @@ multiversion! {
     }
 }
 
-/// Softmax of `row · scale`, in place.
-#[cfg(test)]
-pub(crate) fn softmax(row: &mut [f32], scale: f32) {
-    let inv = softmax_unnormalized(row, scale);
-    for v in row.iter_mut() {
-        *v *= inv;
-    }
-}
-
-/// `exp((row − max) · scale)` in place; returns 1 / the sum, so the caller
-/// can normalise something smaller than the row (attention scales the
-/// `head_size` outputs of P·V instead of the `len` probabilities).
-pub(crate) fn softmax_unnormalized(row: &mut [f32], scale: f32) -> f32 {
-    let mut inv = 0.0;
-    softmax_into(row, scale, &mut inv);
-    inv
-}
-
-multiversion! {
-    fn softmax_into(row: &mut [f32], scale: f32, inv: &mut f32) {
-        let mut lanes = [f32::NEG_INFINITY; LANES];
-        let mut chunks = row.chunks_exact(LANES);
-        for chunk in &mut chunks {
-            for (l, &v) in lanes.iter_mut().zip(chunk) {
-                *l = l.max(v);
-            }
-        }
-        let mut max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        for &v in chunks.remainder() {
-            max = max.max(v);
-        }
-        let shift = max * scale;
-        let mut sums = [0.0f32; LANES];
-        let mut chunks = row.chunks_exact_mut(LANES);
-        for chunk in &mut chunks {
-            for (s, v) in sums.iter_mut().zip(chunk.iter_mut()) {
-                *v = exp(v.mul_add(scale, -shift));
-                *s += *v;
-            }
-        }
-        let mut sum: f32 = sums.iter().sum();
-        for v in chunks.into_remainder() {
-            *v = exp(v.mul_add(scale, -shift));
-            sum += *v;
-        }
-        *inv = 1.0 / sum;
-    }
-}
-
 multiversion! {
     /// Multiplies each `width`-wide row `r` of a strided matrix by `factors[r]`.
     pub(crate) fn scale_rows(xs: &mut [f32], stride: usize, width: usize, factors: &[f32]) {
@@ -306,6 +257,107 @@ multiversion! {
                 *v = ((*v - mean) * inv).mul_add(w, b);
             }
         }
+    }
+}
+
+multiversion! {
+    /// RMSNorm of each `width`-wide row of `xs`, in place:
+    /// `x · w / sqrt(mean(x²) + eps)`, as transformers' `Qwen3RMSNorm` (in f32).
+    pub(crate) fn rms_norm(xs: &mut [f32], width: usize, weight: &[f32], eps: f32) {
+        let n = width as f32;
+        for row in xs.chunks_exact_mut(width) {
+            let mut lanes = [0.0f32; LANES];
+            let mut chunks = row.chunks_exact(LANES);
+            for chunk in &mut chunks {
+                for (l, &v) in lanes.iter_mut().zip(chunk) {
+                    *l = v.mul_add(v, *l);
+                }
+            }
+            let tail: f32 = chunks.remainder().iter().map(|&v| v * v).sum();
+            let mean = (lanes.iter().sum::<f32>() + tail) / n;
+            let inv = 1.0 / (mean + eps).sqrt();
+            for (v, &w) in row.iter_mut().zip(weight) {
+                *v = w * (*v * inv);
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// SwiGLU: `out[i] = silu(gate[i]) · up[i]` for each row of `gate_up`
+    /// (`gate` then `up`, each `width` wide) into the rows of `out`.
+    pub(crate) fn silu_mul(gate_up: &[f32], out: &mut [f32], width: usize) {
+        for (row, out) in gate_up.chunks_exact(2 * width).zip(out.chunks_exact_mut(width)) {
+            let (gate, up) = row.split_at(width);
+            for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+                *o = g / (1.0 + exp(-g)) * u;
+            }
+        }
+    }
+}
+
+/// One step of the online softmax (flash attention) for one row of scores:
+/// the first `valid` entries of `row` (raw `q·k`) become
+/// `exp((s − m′)·scale)` and the rest 0, where `m′` is the running maximum
+/// `max` updated with this block; `sum` becomes `sum·α + Σ row`. Returns `α =
+/// exp((m − m′)·scale)`, the factor by which the row's partial output must be
+/// scaled before this block's `P·V` is added.
+pub(crate) fn online_softmax(
+    row: &mut [f32],
+    valid: usize,
+    scale: f32,
+    max: &mut f32,
+    sum: &mut f32,
+) -> f32 {
+    let mut alpha = 1.0;
+    online_softmax_into(row, valid, scale, max, sum, &mut alpha);
+    alpha
+}
+
+multiversion! {
+    fn online_softmax_into(
+        row: &mut [f32],
+        valid: usize,
+        scale: f32,
+        max: &mut f32,
+        sum: &mut f32,
+        alpha: &mut f32,
+    ) {
+        let (live, masked) = row.split_at_mut(valid);
+        masked.fill(0.0);
+        let mut lanes = [f32::NEG_INFINITY; LANES];
+        let mut chunks = live.chunks_exact(LANES);
+        for chunk in &mut chunks {
+            for (l, &v) in lanes.iter_mut().zip(chunk) {
+                *l = l.max(v);
+            }
+        }
+        let mut block_max = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        for &v in chunks.remainder() {
+            block_max = block_max.max(v);
+        }
+        let new_max = max.max(block_max);
+        *alpha = if *max == f32::NEG_INFINITY {
+            0.0
+        } else {
+            exp((*max - new_max) * scale)
+        };
+        *max = new_max;
+        let shift = new_max * scale;
+        let mut sums = [0.0f32; LANES];
+        let mut chunks = live.chunks_exact_mut(LANES);
+        for chunk in &mut chunks {
+            for (s, v) in sums.iter_mut().zip(chunk.iter_mut()) {
+                *v = exp(v.mul_add(scale, -shift));
+                *s += *v;
+            }
+        }
+        let mut total: f32 = sums.iter().sum();
+        for v in chunks.into_remainder() {
+            *v = exp(v.mul_add(scale, -shift));
+            total += *v;
+        }
+        *sum = sum.mul_add(*alpha, total);
     }
 }
 
@@ -362,22 +414,51 @@ mod tests {
     }
 
     #[test]
-    fn softmax_matches_the_definition() {
-        let mut row: Vec<f32> = (0..37).map(|i| (i as f32 * 0.7).sin() * 5.0).collect();
+    fn online_softmax_over_blocks_matches_the_definition() {
+        let row: Vec<f32> = (0..37).map(|i| (i as f32 * 0.7).sin() * 5.0).collect();
         let scale = 0.3;
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let want: Vec<f64> = {
-            let e: Vec<f64> = row
-                .iter()
-                .map(|&v| f64::from((v - max) * scale).exp())
-                .collect();
-            let s: f64 = e.iter().sum();
-            e.iter().map(|v| v / s).collect()
-        };
-        softmax(&mut row, scale);
-        for (got, want) in row.iter().zip(&want) {
-            assert!((f64::from(*got) - want).abs() < 1e-6, "{got} vs {want}");
+        let e: Vec<f64> = row
+            .iter()
+            .map(|&v| f64::from((v - max) * scale).exp())
+            .collect();
+        let total: f64 = e.iter().sum();
+        // Two blocks, the second with its last 5 entries masked (causal).
+        let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+        let mut first = row[..20].to_vec();
+        let alpha = online_softmax(&mut first, 20, scale, &mut m, &mut sum);
+        assert_eq!(alpha, 0.0);
+        let mut second = row[20..].to_vec();
+        let alpha = online_softmax(&mut second, 12, scale, &mut m, &mut sum);
+        assert!(second[12..].iter().all(|&v| v == 0.0));
+        let masked: f64 = e[32..].iter().sum();
+        // The first block's weights, rescaled, then the second's, over the sum.
+        for (i, want) in e[..32].iter().enumerate() {
+            let got = if i < 20 {
+                first[i] * alpha
+            } else {
+                second[i - 20]
+            };
+            let want = want / (total - masked);
+            assert!(
+                (f64::from(got / sum) - want).abs() < 1e-6,
+                "{i}: {got} vs {want}"
+            );
         }
+    }
+
+    #[test]
+    fn rms_norm_and_swiglu() {
+        let mut xs = vec![3.0f32, 4.0, 0.0, 0.0];
+        rms_norm(&mut xs, 2, &[1.0, 2.0], 1e-6);
+        let r = (12.5f32 + 1e-6).sqrt();
+        assert!((xs[0] - 3.0 / r).abs() < 1e-6 && (xs[1] - 8.0 / r).abs() < 1e-6);
+        assert_eq!(&xs[2..], &[0.0, 0.0]);
+        let mut out = [0.0f32; 2];
+        silu_mul(&[1.0, -2.0, 3.0, 0.5], &mut out, 2);
+        let silu = |x: f32| x / (1.0 + (-x).exp());
+        assert!((out[0] - silu(1.0) * 3.0).abs() < 1e-6);
+        assert!((out[1] - silu(-2.0) * 0.5).abs() < 1e-6);
     }
 
     #[test]

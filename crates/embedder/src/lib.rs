@@ -1,17 +1,25 @@
-//! BERT-style bi-encoders that turn SkillRet skills and queries into vectors,
-//! as sentence-transformers does.
+//! Bi-encoders that turn SkillRet skills and queries into vectors, as
+//! sentence-transformers does: BERT-style encoders (MiniLM, e5, bge,
+//! arctic-embed) and Qwen3 decoders (Qwen3-Embedding and its SkillRet
+//! fine-tunes).
 //!
-//! A model directory holds `config.json`, `tokenizer.json` and
-//! `model.safetensors`; where the sentence-transformers files are present
-//! (`modules.json`, the Pooling module's `config.json`,
-//! `sentence_bert_config.json`) they set pooling, normalisation and maximum
-//! length, and [`EmbedderOptions`] can override them. BERT and
-//! XLM-R-vocabulary BERTs (multilingual-e5) load alike.
+//! A model directory holds `config.json` (the architecture is detected from
+//! it), `tokenizer.json` and `model.safetensors` (or shards with
+//! `model.safetensors.index.json`); where the sentence-transformers files are
+//! present (`modules.json`, the Pooling module's `config.json`,
+//! `sentence_bert_config.json`, `config_sentence_transformers.json`, in the
+//! layout of sentence-transformers before 6.x or of 6.x) they set pooling,
+//! normalisation, maximum length and prompts, and [`EmbedderOptions`] can
+//! override them. Queries get the model's `query` prompt and documents its
+//! `document` prompt, as sentence-transformers' `encode_query` and
+//! `encode_document` do.
 //!
 //! On the CPU the native engine runs ([`Backend::Native`]: unpadded batches,
-//! `gemm` products with folded bias, fused attention, vectorised softmax and
-//! GELU). candle's `BertModel` is the other backend ([`Backend::Candle`]),
-//! and the one used on a GPU when the crate is built with the `cuda` feature.
+//! `gemm` products with folded bias, tiled attention with an online softmax
+//! so memory grows linearly with the length, vectorised element-wise
+//! kernels; f32 or bf16 linear layers). Each family also has a candle graph
+//! ([`Backend::Candle`]), the one used on a GPU when the crate is built with
+//! the `cuda` feature.
 //!
 //! ```no_run
 //! use embedder::{Embedder, EmbedderOptions, Kind};
@@ -22,22 +30,25 @@
 //! ```
 #![warn(missing_docs)]
 
+mod attention;
 mod bf16;
-mod candle_backend;
 pub mod config;
 pub mod convert;
 pub mod encoder;
 mod error;
+pub mod files;
 pub mod hub;
 mod kernels;
-mod model;
+mod linear;
+pub mod models;
 
 use std::path::Path;
 
-pub use config::{BertConfig, Pooling, SentenceTransformersConfig};
-pub use encoder::{Encoder, EncoderOptions, Tokens};
+pub use config::{Pooling, SentenceTransformersConfig};
+pub use encoder::{Encoder, EncoderOptions};
 pub use error::{Error, Result};
-pub use model::TensorFile;
+pub use files::{ModelFiles, TensorFile, Weights};
+pub use models::{BertConfig, ModelConfig, Qwen3Config, Tokens};
 
 /// Which engine runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -47,11 +58,12 @@ pub enum Backend {
     /// This crate's CPU engine (the fast path on CPU).
     #[default]
     Native,
-    /// candle's `BertModel` on the CPU.
+    /// The family's candle graph on the CPU.
     Candle,
-    /// candle's `BertModel` on the first CUDA GPU if the crate was built with
-    /// the `cuda` feature and a GPU is present; otherwise the native CPU
-    /// engine, and [`Embedder::device`] says so.
+    /// The family's candle graph on the first CUDA GPU if the crate was
+    /// built with the `cuda` feature and a GPU is present (bf16 where
+    /// [`Precision::Bf16`] is asked for); otherwise the native CPU engine,
+    /// and [`Embedder::device`] says so.
     Cuda,
 }
 
@@ -68,7 +80,7 @@ pub enum Precision {
     Bf16,
 }
 
-/// What a text is: queries and documents get different prefixes.
+/// What a text is: queries and documents get different prompts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// A user request.
@@ -83,14 +95,22 @@ pub enum Kind {
 pub struct EmbedderOptions {
     /// Truncate inputs to this many tokens (at most the model's own limit).
     pub max_length: Option<usize>,
-    /// Override the pooling of the model directory (default: its own, else mean).
+    /// Override the pooling of the model directory (default: its own, else
+    /// mean for encoders and the last token for decoders).
     pub pooling: Option<Pooling>,
     /// Override normalisation (default: the directory's Normalize module, else on).
     pub normalize: Option<bool>,
-    /// Prepended to every query (e.g. `query: ` for e5).
-    pub query_prefix: String,
-    /// Prepended to every document (e.g. `passage: ` for e5).
-    pub document_prefix: String,
+    /// Prepended to every query, literally (e.g. `query: ` for e5); overrides
+    /// the model's `query` prompt.
+    pub query_prompt: Option<String>,
+    /// Prepended to every document, literally (e.g. `passage: `); overrides
+    /// the model's `document` prompt.
+    pub document_prompt: Option<String>,
+    /// The query prompt by its name in the model's
+    /// `config_sentence_transformers.json`.
+    pub query_prompt_name: Option<String>,
+    /// The document prompt by its name in the model's prompts.
+    pub document_prompt_name: Option<String>,
     /// Tokens per batch: inputs are sorted by length and cut into batches of
     /// about this many tokens.
     pub batch_tokens: usize,
@@ -106,8 +126,10 @@ impl Default for EmbedderOptions {
             max_length: None,
             pooling: None,
             normalize: None,
-            query_prefix: String::new(),
-            document_prefix: String::new(),
+            query_prompt: None,
+            document_prompt: None,
+            query_prompt_name: None,
+            document_prompt_name: None,
             batch_tokens: 8192,
             backend: Backend::Native,
             precision: Precision::F32,
@@ -121,10 +143,31 @@ impl EmbedderOptions {
         self.max_length = Some(tokens);
         self
     }
-    /// Sets the query and document prefixes.
-    pub fn with_prefixes(mut self, query: &str, document: &str) -> Self {
-        self.query_prefix = query.to_owned();
-        self.document_prefix = document.to_owned();
+    /// Sets the query and document prompts (literal text, e.g. e5's
+    /// `query: ` / `passage: `), overriding the model's.
+    pub fn with_prompts(mut self, query: &str, document: &str) -> Self {
+        self.query_prompt = Some(query.to_owned());
+        self.document_prompt = Some(document.to_owned());
+        self
+    }
+    /// Sets the query prompt (literal text).
+    pub fn with_query_prompt(mut self, prompt: &str) -> Self {
+        self.query_prompt = Some(prompt.to_owned());
+        self
+    }
+    /// Sets the document prompt (literal text).
+    pub fn with_document_prompt(mut self, prompt: &str) -> Self {
+        self.document_prompt = Some(prompt.to_owned());
+        self
+    }
+    /// Sets the query prompt by its name in the model's prompts.
+    pub fn with_query_prompt_name(mut self, name: &str) -> Self {
+        self.query_prompt_name = Some(name.to_owned());
+        self
+    }
+    /// Sets the document prompt by its name in the model's prompts.
+    pub fn with_document_prompt_name(mut self, name: &str) -> Self {
+        self.document_prompt_name = Some(name.to_owned());
         self
     }
     /// Sets the pooling.
@@ -151,6 +194,54 @@ impl EmbedderOptions {
     pub fn with_precision(mut self, precision: Precision) -> Self {
         self.precision = precision;
         self
+    }
+
+    /// The prompts these options give the model in `dir`, without loading
+    /// it: a literal prompt, else a named one, else the model's `query` /
+    /// `document` prompt (as sentence-transformers' `encode_query` /
+    /// `encode_document`), else none.
+    pub fn prompts(&self, dir: &Path) -> Result<Prompts> {
+        self.resolve(dir, &SentenceTransformersConfig::read(dir)?)
+    }
+
+    fn resolve(&self, dir: &Path, st: &SentenceTransformersConfig) -> Result<Prompts> {
+        let one = |literal: &Option<String>, name: &Option<String>, own: &str| -> Result<String> {
+            match (literal, name) {
+                (Some(_), Some(name)) => Err(Error::Invalid(format!(
+                    "both a {own} prompt and the {own} prompt name {name:?} are set; give one"
+                ))),
+                (Some(text), None) => Ok(text.clone()),
+                (None, Some(name)) => Ok(st.prompt(dir, name)?.to_owned()),
+                (None, None) => Ok(st.prompts.get(own).cloned().unwrap_or_default()),
+            }
+        };
+        Ok(Prompts {
+            query: one(&self.query_prompt, &self.query_prompt_name, "query")?,
+            document: one(
+                &self.document_prompt,
+                &self.document_prompt_name,
+                "document",
+            )?,
+        })
+    }
+}
+
+/// The text prepended to queries and to documents.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Prompts {
+    /// Before each query.
+    pub query: String,
+    /// Before each document.
+    pub document: String,
+}
+
+impl Prompts {
+    /// The prompt of `kind`.
+    pub fn get(&self, kind: Kind) -> &str {
+        match kind {
+            Kind::Query => &self.query,
+            Kind::Document => &self.document,
+        }
     }
 }
 
@@ -193,6 +284,10 @@ pub struct Embedder {
     encoder: Encoder,
     pooling: Pooling,
     normalize: bool,
+    prompts: Prompts,
+    /// Prompt tokens left out of pooling, per kind (query, document):
+    /// non-zero only where the Pooling module says `include_prompt = false`.
+    skip: [usize; 2],
     options: EmbedderOptions,
 }
 
@@ -202,6 +297,7 @@ impl std::fmt::Debug for Embedder {
             .field("dir", &self.encoder.dir())
             .field("pooling", &self.pooling)
             .field("normalize", &self.normalize)
+            .field("prompts", &self.prompts)
             .field("max_length", &self.encoder.max_length())
             .field("device", &self.encoder.device())
             .finish_non_exhaustive()
@@ -212,25 +308,59 @@ impl Embedder {
     /// Loads a model from a local directory.
     pub fn from_dir(dir: &Path, options: EmbedderOptions) -> Result<Self> {
         let st = SentenceTransformersConfig::read(dir)?;
+        let prompts = options.resolve(dir, &st)?;
         let encoder_options = EncoderOptions {
             max_length: options.max_length,
             batch_tokens: options.batch_tokens,
             backend: options.backend,
             precision: options.precision,
         };
-        let encoder = Encoder::from_dir(dir, &encoder_options, st.max_seq_length)?;
+        // sentence-transformers' limit: max_seq_length (before 6.x), else the
+        // tokenizer's model_max_length (capped at the positions by the encoder).
+        let default_length = match st.max_seq_length {
+            Some(n) => Some(n),
+            None => config::tokenizer_max_length(dir)?,
+        };
+        let encoder = Encoder::from_dir(dir, &encoder_options, default_length)?;
+        let pooling = options
+            .pooling
+            .or(st.pooling)
+            .unwrap_or_else(|| encoder.config().default_pooling());
+        let mut skip = [0; 2];
+        if !st.include_prompt {
+            // As sentence-transformers measures a prompt: its tokens alone,
+            // less a special token the tokenizer appends.
+            for (slot, prompt) in skip.iter_mut().zip([&prompts.query, &prompts.document]) {
+                if !prompt.is_empty() {
+                    let n = encoder.tokenize(&[prompt.as_str()])?[0].ids.len();
+                    *slot = n - usize::from(encoder.appends_special() && n > 0);
+                }
+            }
+        }
         Ok(Self {
             encoder,
-            pooling: options.pooling.or(st.pooling).unwrap_or(Pooling::Mean),
+            pooling,
             normalize: options.normalize.or(st.normalize).unwrap_or(true),
+            prompts,
+            skip,
             options,
         })
+    }
+
+    /// The options the model was loaded with.
+    pub fn options(&self) -> &EmbedderOptions {
+        &self.options
     }
 
     /// Where the model runs, in words (says so when a GPU was asked for but
     /// the CPU is used).
     pub fn device(&self) -> &str {
         self.encoder.device()
+    }
+
+    /// The architecture.
+    pub fn config(&self) -> &ModelConfig {
+        self.encoder.config()
     }
 
     /// Width of the vectors.
@@ -253,20 +383,17 @@ impl Embedder {
         self.normalize
     }
 
-    /// The prefix added to texts of `kind`.
-    pub fn prefix(&self, kind: Kind) -> &str {
-        match kind {
-            Kind::Query => &self.options.query_prefix,
-            Kind::Document => &self.options.document_prefix,
-        }
+    /// The prompt added before texts of `kind`.
+    pub fn prompt(&self, kind: Kind) -> &str {
+        self.prompts.get(kind)
     }
 
-    /// Token ids of each text (prefix added, truncated), as the model sees them.
+    /// Token ids of each text (prompt added, truncated), as the model sees them.
     pub fn tokenize<S: AsRef<str> + Sync>(&self, texts: &[S], kind: Kind) -> Result<Vec<Vec<u32>>> {
-        let prefix = self.prefix(kind);
+        let prompt = self.prompt(kind);
         let inputs: Vec<String> = texts
             .iter()
-            .map(|text| format!("{prefix}{}", text.as_ref()))
+            .map(|text| format!("{prompt}{}", text.as_ref()))
             .collect();
         Ok(self
             .encoder
@@ -290,13 +417,14 @@ impl Embedder {
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Embeddings> {
         let ids = self.tokenize(texts, kind)?;
-        self.embed_tokens(&ids, progress)
+        self.embed_tokens(&ids, kind, progress)
     }
 
-    /// Embeds already tokenised inputs (from [`Embedder::tokenize`]).
+    /// Embeds inputs of `kind` already tokenised by [`Embedder::tokenize`].
     pub fn embed_tokens(
         &self,
         ids: &[Vec<u32>],
+        kind: Kind,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Embeddings> {
         let inputs: Vec<Tokens> = ids
@@ -306,9 +434,10 @@ impl Embedder {
                 types: Vec::new(),
             })
             .collect();
+        let skip = self.skip[usize::from(kind == Kind::Document)];
         let mut data = self
             .encoder
-            .encode_pooled(&inputs, self.pooling, progress)?;
+            .encode_pooled(&inputs, self.pooling, skip, progress)?;
         let dim = self.dim();
         if self.normalize {
             for row in data.chunks_exact_mut(dim) {

@@ -159,7 +159,7 @@ fn prefixes_and_truncation_apply() {
     let model = load(
         dir.path(),
         EmbedderOptions::default()
-            .with_prefixes("alert ", "backup ")
+            .with_prompts("alert ", "backup ")
             .with_max_length(3),
     )
     .unwrap();
@@ -254,7 +254,10 @@ fn settings_that_cannot_work_are_refused() {
     .unwrap();
     let err = load(dir.path(), EmbedderOptions::default()).unwrap_err();
     assert!(err.to_string().contains("1_Pooling/config.json"), "{err}");
-    assert!(err.to_string().contains("only mean and CLS"), "{err}");
+    assert!(
+        err.to_string().contains("\"max\" is not supported"),
+        "{err}"
+    );
     std::fs::write(
         dir.path().join("1_Pooling/config.json"),
         r#"{"pooling_mode_mean_tokens": true}"#,

@@ -122,7 +122,7 @@ fn check_with(model: &str, backend: Backend, precision: Precision, limit: usize,
     let max = reference["max_length"].as_u64().unwrap() as usize;
     let options = EmbedderOptions::default()
         .with_max_length(max)
-        .with_prefixes(
+        .with_prompts(
             reference["query_prefix"].as_str().unwrap(),
             reference["document_prefix"].as_str().unwrap(),
         )

@@ -4,7 +4,7 @@
 //! after reading, so one cache serves both settings), under a key that
 //! hashes everything that changes them:
 //! the model's files (weights, config, tokenizer, sentence-transformers
-//! settings) and Hub revision, the prefix, the length, pooling, precision and
+//! settings, prompts) and Hub revision, the prompt, the length, pooling, precision and
 //! engine options, the text recipe, and the texts themselves with their ids.
 //! Inputs are cut into shards of a fixed size, each embedded and written on its
 //! own (to a temporary name, then renamed), so an interrupted run keeps every
@@ -25,21 +25,34 @@ const VERSION: &str = concat!(
 );
 const MAGIC: &[u8; 8] = b"SKRVEC01";
 
-/// Files of a model directory whose bytes decide its vectors.
+/// Files of a model directory whose bytes decide its vectors, besides the
+/// weights.
 const MODEL_FILES: &[&str] = &[
-    "model.safetensors",
     "config.json",
     "tokenizer.json",
+    "tokenizer_config.json",
     "modules.json",
     "sentence_bert_config.json",
+    "config_sentence_transformers.json",
     "1_Pooling/config.json",
+    "model.safetensors.index.json",
 ];
 
-/// sha256 of a model directory's deciding files (absent ones count as absent).
+/// sha256 of a model directory's deciding files: its weights (one file or
+/// every shard) and the files above (absent ones count as absent).
 pub(crate) fn model_fingerprint(dir: &Path) -> Result<String> {
+    let files = embedder::ModelFiles::in_dir(dir)?;
     let mut hasher = Sha256::new();
-    for name in MODEL_FILES {
-        let path = dir.join(name);
+    let named = MODEL_FILES
+        .iter()
+        .map(|name| ((*name).to_owned(), dir.join(name)))
+        .chain(files.weights.iter().map(|path| {
+            let name = path
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            (name, path.clone())
+        }));
+    for (name, path) in named {
         hasher.update(name.as_bytes());
         match fs::File::open(&path) {
             Ok(mut file) => {

@@ -49,10 +49,12 @@ embed the queries → retrieve the top N → rerank the top N → score every st
 trec_eval-exact metrics.
 
 The configuration is a TOML file (see configs/, each says what it is for): [data] dir or \
-hub_revision, split; [embedder] model, prefixes, pooling, normalize, max_length, \
-batch_tokens, precision, backend; [retriever] kind = dense | bm25 | hybrid, index = exact | hnsw, top_n, \
-[retriever.hnsw] m, ef_construction, ef_search, deterministic; [reranker] model, top_n, \
-max_length; [eval] k; [output] dir, cache. Unknown keys are errors.
+hub_revision, split; [embedder] model, revision, query_prompt, document_prompt, \
+query_prompt_name, document_prompt_name, pooling, normalize, max_length, batch_tokens, \
+precision, backend; [retriever] kind = dense | bm25 | hybrid, index = exact | hnsw, top_n, \
+[retriever.hnsw] m, ef_construction, ef_search, deterministic; [reranker] model, revision, \
+top_n, max_length, instruction, precision, backend; [eval] k; [output] dir, cache. Unknown \
+keys are errors (see configs/README.md).
 
 Outputs in the out directory: metrics.json (per stage, official key names; identical \
 inputs give identical bytes), timings.json, run.<stage>.trec, per_query.tsv (each query's \
@@ -107,7 +109,14 @@ pub struct CompareArgs {
 
 const EMBED_ABOUT: &str = "\
 Turn texts, skills or queries into vectors with a bi-encoder, as sentence-transformers \
-does (same tokenisation, truncation, pooling and normalisation).
+does (same tokenisation, truncation, pooling, normalisation and prompts). BERT-style \
+encoders (MiniLM, e5, bge, arctic-embed) and Qwen3 decoders (Qwen3-Embedding, \
+SKILLRET-Embedding) load alike; the architecture comes from config.json.
+
+Prompts: --kind query gets the model's `query` prompt and --kind document its `document` \
+prompt (config_sentence_transformers.json), as sentence-transformers' encode_query and \
+encode_document; --query-prompt / --document-prompt (literal text) or --query-prompt-name \
+/ --document-prompt-name (a prompt the model defines) override them.
 
 Each input line is a JSON string, a SkillRet skill record (embedded as \
 `name | description | skill_md`, the official recipe) or a SkillRet query record (its \
@@ -120,7 +129,10 @@ Hub is reachable; the cache is used first).
 
 Examples:
   pipeline embed --model models/all-MiniLM-L6-v2 --input skills.jsonl --output vectors.jsonl
-  pipeline embed --model models/multilingual-e5-small --kind query --query-prefix 'query: ' \\
+  pipeline embed --model models/multilingual-e5-small --kind query --query-prompt 'query: ' \\
+      --input queries.jsonl --output q.jsonl
+  pipeline embed --model Qwen/Qwen3-Embedding-0.6B --revision <sha> --kind query \\
+      --query-prompt $'Instruct: Given a skill search query, retrieve relevant skills that match the query\\nQuery: ' \\
       --input queries.jsonl --output q.jsonl";
 
 /// Arguments of `pipeline embed`.
@@ -142,20 +154,32 @@ pub struct EmbedArgs {
     #[arg(long, value_name = "JSONL")]
     pub output: PathBuf,
 
-    /// Whether the inputs are queries or documents (chooses the prefix).
+    /// Whether the inputs are queries or documents (chooses the prompt).
     #[arg(long, value_enum, default_value_t = KindArg::Document)]
     pub kind: KindArg,
 
-    /// Prefix added to queries (e.g. 'query: ' for e5 models).
-    #[arg(long, default_value = "", value_name = "TEXT")]
-    pub query_prefix: String,
+    /// Text added before queries (e.g. 'query: ' for e5 models) [default: the
+    /// model's `query` prompt, else none].
+    #[arg(long, alias = "query-prefix", value_name = "TEXT")]
+    pub query_prompt: Option<String>,
 
-    /// Prefix added to documents (e.g. 'passage: ' for e5 models).
-    #[arg(long, default_value = "", value_name = "TEXT")]
-    pub document_prefix: String,
+    /// Text added before documents (e.g. 'passage: ' for e5 models) [default:
+    /// the model's `document` prompt, else none].
+    #[arg(long, alias = "document-prefix", value_name = "TEXT")]
+    pub document_prompt: Option<String>,
+
+    /// The query prompt by its name in the model's
+    /// config_sentence_transformers.json.
+    #[arg(long, value_name = "NAME", conflicts_with = "query_prompt")]
+    pub query_prompt_name: Option<String>,
+
+    /// The document prompt by its name in the model's prompts.
+    #[arg(long, value_name = "NAME", conflicts_with = "document_prompt")]
+    pub document_prompt_name: Option<String>,
 
     /// Truncate to this many tokens [default: the model's sentence-transformers
-    /// max_seq_length, else its position count].
+    /// max_seq_length, else its tokenizer's model_max_length, at most its
+    /// position count].
     #[arg(long, value_name = "TOKENS")]
     pub max_length: Option<usize>,
 
@@ -163,9 +187,9 @@ pub struct EmbedArgs {
     #[arg(long, default_value_t = 8192, value_name = "TOKENS")]
     pub batch_tokens: usize,
 
-    /// Engine: native (this project's CPU engine), candle (candle's BertModel
-    /// on the CPU) or cuda (candle on the GPU when built with the cuda feature,
-    /// else native on the CPU, with a note).
+    /// Engine: native (this project's CPU engine), candle (the model family's
+    /// candle graph on the CPU) or cuda (candle on the GPU when built with the
+    /// cuda feature, else native on the CPU, with a note).
     #[arg(long, value_enum, default_value_t = BackendArg::Native)]
     pub backend: BackendArg,
 
@@ -176,8 +200,10 @@ pub struct EmbedArgs {
 }
 
 const RERANK_ABOUT: &str = "\
-Rescore the top N of a first-stage run with a cross-encoder, as sentence-transformers' \
-CrossEncoder scores (query, document) pairs, and write the reranked run.
+Rescore the top N of a first-stage run with a reranker and write the reranked run: a \
+cross-encoder, as sentence-transformers' CrossEncoder scores (query, document) pairs, or a \
+yes/no decoder (Qwen3-Reranker, SKILLRET-Reranker), as the official SkillRet evaluation \
+scores them.
 
 Each query's top N documents (by score, ties by id descending) are scored as \
 (query text, `name | description | skill_md`) pairs and reordered by that score; the \
@@ -190,6 +216,12 @@ XLM-RoBERTa (`roberta.*`, `classifier.dense`, `classifier.out_proj`; e.g. \
 BAAI/bge-reranker-base), from a local directory or a Hub id with --revision where the \
 Hub is reachable. One label: the logit is the score (--sigmoid for a probability); two \
 labels: label 1's logit.
+
+Yes/no rerankers: causal language models (Qwen3ForCausalLM checkpoints). Each pair is \
+written into Qwen3-Reranker's chat template with an instruction (--instruction; default \
+the official SkillRet one, \"Given a skill search query, judge whether the skill document \
+is relevant and useful for the query\"), truncated on the right so the whole input fits \
+--max-length, and scored by P(yes) from the last position's \"yes\" and \"no\" logits.
 
 No real cross-encoder can be downloaded on machines without the Hub. \
 scripts/make_cross_encoders.py builds two TEST models (models/test-bert-cross-encoder, \
@@ -238,8 +270,9 @@ pub struct RerankArgs {
     #[arg(long, default_value = "rerank")]
     pub tag: String,
 
-    /// Truncate pairs to this many tokens [default: the tokenizer's
-    /// model_max_length, at most the model's positions].
+    /// Truncate pairs to this many tokens, a yes/no reranker's template
+    /// included [default: the tokenizer's model_max_length, at most the
+    /// model's positions].
     #[arg(long, value_name = "TOKENS")]
     pub max_length: Option<usize>,
 
@@ -250,6 +283,11 @@ pub struct RerankArgs {
     /// Score one-label models by the sigmoid of the logit (a probability).
     #[arg(long)]
     pub sigmoid: bool,
+
+    /// The instruction of a yes/no reranker [default: the official SkillRet
+    /// instruction].
+    #[arg(long, value_name = "TEXT")]
+    pub instruction: Option<String>,
 
     /// Engine (as for `pipeline embed`).
     #[arg(long, value_enum, default_value_t = BackendArg::Native)]

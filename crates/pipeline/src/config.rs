@@ -41,10 +41,15 @@ struct RawData {
 struct RawEmbedder {
     model: String,
     revision: Option<String>,
-    #[serde(default)]
-    query_prefix: String,
-    #[serde(default)]
-    document_prefix: String,
+    /// Literal text before each query (`query_prefix` is the older name).
+    #[serde(alias = "query_prefix")]
+    query_prompt: Option<String>,
+    /// Literal text before each document (`document_prefix` is the older name).
+    #[serde(alias = "document_prefix")]
+    document_prompt: Option<String>,
+    /// A prompt of the model's `config_sentence_transformers.json`, by name.
+    query_prompt_name: Option<String>,
+    document_prompt_name: Option<String>,
     pooling: Option<Pooling>,
     normalize: Option<bool>,
     max_length: Option<usize>,
@@ -87,6 +92,8 @@ struct RawReranker {
     backend: Backend,
     #[serde(default)]
     sigmoid: bool,
+    /// The instruction of a yes/no (decoder) reranker.
+    instruction: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -168,10 +175,14 @@ pub struct ModelRef {
 pub struct EmbedderSettings {
     /// The model.
     pub model: ModelRef,
-    /// Prefix of queries.
-    pub query_prefix: String,
-    /// Prefix of documents.
-    pub document_prefix: String,
+    /// Literal prompt of queries (default: the model's `query` prompt).
+    pub query_prompt: Option<String>,
+    /// Literal prompt of documents (default: the model's `document` prompt).
+    pub document_prompt: Option<String>,
+    /// The query prompt by name.
+    pub query_prompt_name: Option<String>,
+    /// The document prompt by name.
+    pub document_prompt_name: Option<String>,
     /// Pooling override.
     pub pooling: Option<Pooling>,
     /// L2 normalisation override (default: the model directory's Normalize
@@ -221,6 +232,8 @@ pub struct RerankerSettings {
     pub backend: Backend,
     /// Sigmoid of one-label logits.
     pub sigmoid: bool,
+    /// Instruction of a yes/no reranker (default: the official SkillRet one).
+    pub instruction: Option<String>,
 }
 
 /// A checked run configuration.
@@ -327,10 +340,22 @@ fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
             if e.batch_tokens == 0 || e.max_length == Some(0) {
                 bail!("{file}: [embedder] batch_tokens and max_length must be positive");
             }
+            for (kind, literal, name) in [
+                ("query", &e.query_prompt, &e.query_prompt_name),
+                ("document", &e.document_prompt, &e.document_prompt_name),
+            ] {
+                if literal.is_some() && name.is_some() {
+                    bail!(
+                        "{file}: [embedder] has both {kind}_prompt and {kind}_prompt_name; keep one"
+                    );
+                }
+            }
             Some(EmbedderSettings {
                 model: model_ref(e.model, e.revision, &file.to_string(), "embedder")?,
-                query_prefix: e.query_prefix,
-                document_prefix: e.document_prefix,
+                query_prompt: e.query_prompt,
+                document_prompt: e.document_prompt,
+                query_prompt_name: e.query_prompt_name,
+                document_prompt_name: e.document_prompt_name,
                 pooling: e.pooling,
                 normalize: e.normalize,
                 max_length: e.max_length,
@@ -361,6 +386,7 @@ fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
                 precision: x.precision,
                 backend: x.backend,
                 sigmoid: x.sigmoid,
+                instruction: x.instruction,
             })
         }
     };

@@ -1,21 +1,29 @@
-//! Cross-encoder rerankers: rescore the first stage's top N.
+//! Rerankers: rescore the first stage's top N.
 //!
-//! A cross-encoder reads a (query, document) pair as one input and gives it a
-//! score. Two checkpoint layouts load, both as transformers saves them:
+//! A reranker reads a (query, document) pair as one input and gives it a
+//! score. The kind is detected from the checkpoint:
 //!
-//! - BERT sequence classification (`BertForSequenceClassification`: the
-//!   `bert.*` encoder, `bert.pooler.dense`, `classifier`), as
-//!   cross-encoder/ms-marco-MiniLM-L-6-v2 and most MiniLM/TinyBERT rerankers;
-//! - XLM-RoBERTa sequence classification (`roberta.*`,
+//! - Cross-encoders with a sequence-classification head, as transformers
+//!   saves them: BERT (`BertForSequenceClassification`: the `bert.*` encoder,
+//!   `bert.pooler.dense`, `classifier`), as cross-encoder/ms-marco-MiniLM-L-6-v2
+//!   and most MiniLM/TinyBERT rerankers; XLM-RoBERTa (`roberta.*`,
 //!   `classifier.dense`, `classifier.out_proj`), as BAAI/bge-reranker-base.
+//!   Both compute `out(tanh(dense(h₀)))` on the first token's state. With one
+//!   label the score is its logit (or its sigmoid, [`Activation::Sigmoid`]);
+//!   with two labels it is label 1's logit. Pairs are tokenised as
+//!   sentence-transformers' `CrossEncoder` does (query first, longest-first
+//!   truncation to the model's maximum length).
+//! - Yes/no rerankers on a causal language model (`Qwen3ForCausalLM`:
+//!   Qwen3-Reranker, SKILLRET-Reranker), scored as the official SkillRet
+//!   evaluation and Qwen's model card do: the pair is written into the chat
+//!   template ([`YES_NO_PREFIX`], `<Instruct>: …\n<Query>: …\n<Document>: …`
+//!   truncated on the right, [`YES_NO_SUFFIX`]; the maximum length counts the
+//!   whole input) and the score is P(yes) = softmax over the ("no", "yes")
+//!   logits of the last position, computed from the two rows of the
+//!   language-model head that matter (equal to σ(h·(w_yes − w_no))).
 //!
-//! Both heads compute `out(tanh(dense(h₀)))` on the first token's state. With
-//! one label the score is its logit (or its sigmoid, [`Activation::Sigmoid`]);
-//! with two labels it is label 1's logit. Pairs are tokenised as
-//! sentence-transformers' `CrossEncoder` does (query first, longest-first
-//! truncation to the model's maximum length). The encoder, its loading, its
-//! batching and its engines (native CPU f32/bf16, candle on CUDA) are the
-//! embedder's: [`embedder::Encoder`].
+//! The encoder, its loading, batching and engines (native CPU f32/bf16,
+//! candle on CUDA) are the embedder's: [`embedder::Encoder`].
 //!
 //! ```no_run
 //! use reranker::{CrossEncoder, RerankerOptions};
@@ -29,7 +37,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use embedder::{Backend, Encoder, EncoderOptions, Pooling, Precision, TensorFile};
+use embedder::{
+    Backend, Encoder, EncoderOptions, ModelConfig, Pooling, Precision, Tokens, Weights,
+};
 use eval::{Run, ScoredDoc};
 
 pub use embedder::Error;
@@ -46,8 +56,24 @@ pub enum Activation {
     Sigmoid,
 }
 
-/// How a cross-encoder is loaded and run.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The system prompt and user-turn opening of Qwen3-Reranker's template
+/// (the official SkillRet evaluation's `Qwen3RankModel`).
+pub const YES_NO_PREFIX: &str = "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n";
+
+/// The end of the user turn and an empty thinking block, after which the
+/// model's next token is "yes" or "no".
+pub const YES_NO_SUFFIX: &str = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+
+/// The instruction of the official SkillRet evaluation's rerankers.
+pub const SKILLRET_INSTRUCTION: &str = "Given a skill search query, judge whether the skill document is relevant and useful for the query";
+
+/// The text of a yes/no reranker's input between prefix and suffix.
+pub fn yes_no_content(instruction: &str, query: &str, document: &str) -> String {
+    format!("<Instruct>: {instruction}\n<Query>: {query}\n<Document>: {document}")
+}
+
+/// How a reranker is loaded and run.
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct RerankerOptions {
     /// Truncate pairs to this many tokens (default: the tokenizer's
@@ -59,8 +85,10 @@ pub struct RerankerOptions {
     pub backend: Backend,
     /// Arithmetic of the native engine's linear layers.
     pub precision: Precision,
-    /// Applied to one-label logits.
+    /// Applied to one-label logits (cross-encoders).
     pub activation: Activation,
+    /// The instruction of a yes/no reranker (default: [`SKILLRET_INSTRUCTION`]).
+    pub instruction: Option<String>,
 }
 
 impl Default for RerankerOptions {
@@ -71,6 +99,7 @@ impl Default for RerankerOptions {
             backend: Backend::Native,
             precision: Precision::F32,
             activation: Activation::Identity,
+            instruction: None,
         }
     }
 }
@@ -101,6 +130,11 @@ impl RerankerOptions {
         self.activation = activation;
         self
     }
+    /// Sets the instruction of a yes/no reranker.
+    pub fn with_instruction(mut self, instruction: &str) -> Self {
+        self.instruction = Some(instruction.to_owned());
+        self
+    }
 }
 
 /// The classification head on the first token: `out(tanh(dense(h₀)))`.
@@ -116,7 +150,7 @@ struct Head {
 
 impl Head {
     /// Reads the head of a BERT or XLM-R sequence-classification save.
-    fn read(file: &TensorFile, hidden: usize) -> Result<Self, Error> {
+    fn read(file: &Weights, hidden: usize) -> Result<Self, Error> {
         // (dense, output) tensor name stems of each layout.
         const LAYOUTS: [(&str, &str); 2] = [
             ("bert.pooler.dense", "classifier"),
@@ -124,7 +158,7 @@ impl Head {
         ];
         let path = file.path();
         for (dense, out) in LAYOUTS {
-            let Some((shape, out_weight)) = file.get(&format!("{out}.weight"))? else {
+            let Some((shape, out_weight)) = file.find_full(&format!("{out}.weight"))? else {
                 continue;
             };
             if shape.len() != 2 || shape[1] != hidden || shape[0] == 0 {
@@ -137,7 +171,7 @@ impl Head {
             }
             let labels = shape[0];
             let tensor = |name: String, expected: Vec<usize>| -> Result<Vec<f32>, Error> {
-                match file.get(&name)? {
+                match file.find_full(&name)? {
                     None => Err(Error::MissingTensor {
                         path: path.to_path_buf(),
                         name,
@@ -188,10 +222,29 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// A loaded cross-encoder.
+/// A decoder's yes/no scoring: the two rows of its language-model head and
+/// the template around each pair.
+struct YesNo {
+    /// Rows "no" then "yes" of the head (`2 × hidden`).
+    rows: Vec<f32>,
+    prefix: Vec<u32>,
+    suffix: Vec<u32>,
+    instruction: String,
+}
+
+/// How pairs become scores.
+enum Scorer {
+    /// A sequence-classification head on the first token.
+    Classifier(Head),
+    /// P(yes) at the last token of the templated pair.
+    YesNo(YesNo),
+}
+
+/// A loaded reranker: a cross-encoder with a classification head, or a
+/// yes/no decoder.
 pub struct CrossEncoder {
     encoder: Encoder,
-    head: Head,
+    scorer: Scorer,
     activation: Activation,
 }
 
@@ -199,16 +252,27 @@ impl std::fmt::Debug for CrossEncoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CrossEncoder")
             .field("encoder", &self.encoder)
-            .field("labels", &self.head.labels)
+            .field("kind", &self.kind())
+            .field("labels", &self.labels())
             .field("activation", &self.activation)
             .finish_non_exhaustive()
     }
 }
 
+/// The kinds of reranker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RerankerKind {
+    /// An encoder with a sequence-classification head.
+    Classifier,
+    /// A causal language model scored by P(yes).
+    YesNo,
+}
+
 impl CrossEncoder {
-    /// Loads a cross-encoder from a local directory (`config.json`,
-    /// `tokenizer.json`, `model.safetensors`; `tokenizer_config.json` for the
-    /// default maximum length).
+    /// Loads a reranker from a local directory (`config.json`,
+    /// `tokenizer.json`, the weights; `tokenizer_config.json` for the
+    /// default maximum length). Its kind is detected from the checkpoint.
     pub fn from_dir(dir: &Path, options: RerankerOptions) -> Result<Self, Error> {
         let encoder_options = EncoderOptions {
             max_length: options.max_length,
@@ -216,33 +280,15 @@ impl CrossEncoder {
             backend: options.backend,
             precision: options.precision,
         };
-        let encoder = Encoder::from_dir(dir, &encoder_options, tokenizer_max_length(dir)?)?;
-        let file = TensorFile::open(encoder.weights_path())?;
-        let head = Head::read(&file, encoder.hidden_size())?;
-        let config_path = dir.join("config.json");
-        if let Some(declared) = declared_labels(&config_path)?
-            && declared != head.labels
-        {
-            return Err(Error::format(
-                &config_path,
-                format!(
-                    "it declares {declared} labels but the classifier has {} outputs",
-                    head.labels
-                ),
-            ));
-        }
-        if !(1..=2).contains(&head.labels) {
-            return Err(Error::format(
-                &config_path,
-                format!(
-                    "{} labels: a reranker needs 1 (the logit is the score) or 2 (label 1's logit is the score)",
-                    head.labels
-                ),
-            ));
-        }
+        let default_length = embedder::config::tokenizer_max_length(dir)?;
+        let encoder = Encoder::from_dir(dir, &encoder_options, default_length)?;
+        let scorer = match encoder.config() {
+            ModelConfig::Bert(_) => Scorer::Classifier(classifier(&encoder, dir)?),
+            _ => Scorer::YesNo(yes_no(&encoder, options.instruction)?),
+        };
         Ok(Self {
             encoder,
-            head,
+            scorer,
             activation: options.activation,
         })
     }
@@ -264,14 +310,67 @@ impl CrossEncoder {
         self.encoder.device()
     }
 
-    /// The truncation length of a pair in tokens.
+    /// The truncation length of a pair in tokens (the template included).
     pub fn max_length(&self) -> usize {
         self.encoder.max_length()
     }
 
-    /// Number of labels of the classifier (1 or 2).
+    /// The kind of reranker.
+    pub fn kind(&self) -> RerankerKind {
+        match self.scorer {
+            Scorer::Classifier(_) => RerankerKind::Classifier,
+            Scorer::YesNo(_) => RerankerKind::YesNo,
+        }
+    }
+
+    /// Number of logits per pair: the classifier's labels (1 or 2), or 2
+    /// ("no", "yes") for a yes/no reranker.
     pub fn labels(&self) -> usize {
-        self.head.labels
+        match &self.scorer {
+            Scorer::Classifier(head) => head.labels,
+            Scorer::YesNo(_) => 2,
+        }
+    }
+
+    /// The instruction a yes/no reranker writes into each pair.
+    pub fn instruction(&self) -> Option<&str> {
+        match &self.scorer {
+            Scorer::Classifier(_) => None,
+            Scorer::YesNo(y) => Some(&y.instruction),
+        }
+    }
+
+    /// The model's input for each (query, document) pair, after truncation.
+    pub fn tokenize<A, B>(&self, pairs: &[(A, B)]) -> Result<Vec<Tokens>, Error>
+    where
+        A: AsRef<str> + Sync,
+        B: AsRef<str> + Sync,
+    {
+        match &self.scorer {
+            Scorer::Classifier(_) => self.encoder.tokenize_pairs(pairs),
+            Scorer::YesNo(y) => {
+                let template = y.prefix.len() + y.suffix.len();
+                let limit = self.max_length().checked_sub(template).filter(|&n| n > 0).ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "a maximum length of {} tokens cannot hold the template's {template} tokens and a pair",
+                        self.max_length()
+                    ))
+                })?;
+                let contents: Vec<String> = pairs
+                    .iter()
+                    .map(|(q, d)| yes_no_content(&y.instruction, q.as_ref(), d.as_ref()))
+                    .collect();
+                Ok(self
+                    .encoder
+                    .tokenize_limited(&contents, limit)?
+                    .into_iter()
+                    .map(|content| Tokens {
+                        ids: [&y.prefix[..], &content.ids, &y.suffix].concat(),
+                        types: Vec::new(),
+                    })
+                    .collect())
+            }
+        }
     }
 
     /// Token count of each pair as the model sees it (after truncation).
@@ -280,12 +379,7 @@ impl CrossEncoder {
         A: AsRef<str> + Sync,
         B: AsRef<str> + Sync,
     {
-        Ok(self
-            .encoder
-            .tokenize_pairs(pairs)?
-            .iter()
-            .map(|t| t.ids.len())
-            .collect())
+        Ok(self.tokenize(pairs)?.iter().map(|t| t.ids.len()).collect())
     }
 
     /// The logits of each (query, document) pair, row after row
@@ -299,14 +393,22 @@ impl CrossEncoder {
         A: AsRef<str> + Sync,
         B: AsRef<str> + Sync,
     {
-        let inputs = self.encoder.tokenize_pairs(pairs)?;
-        let states = self
-            .encoder
-            .encode_pooled(&inputs, Pooling::Cls, progress)?;
-        Ok(states
-            .chunks_exact(self.encoder.hidden_size())
-            .flat_map(|state| self.head.logits(state))
-            .collect())
+        let inputs = self.tokenize(pairs)?;
+        let (pooling, hidden) = match self.scorer {
+            Scorer::Classifier(_) => (Pooling::Cls, self.encoder.hidden_size()),
+            Scorer::YesNo(_) => (Pooling::LastToken, self.encoder.hidden_size()),
+        };
+        let states = self.encoder.encode_pooled(&inputs, pooling, 0, progress)?;
+        Ok(match &self.scorer {
+            Scorer::Classifier(head) => states
+                .chunks_exact(hidden)
+                .flat_map(|state| head.logits(state))
+                .collect(),
+            Scorer::YesNo(y) => states
+                .chunks_exact(hidden)
+                .flat_map(|state| y.rows.chunks_exact(hidden).map(|row| dot(row, state)))
+                .collect(),
+        })
     }
 
     /// The score of each (query, document) pair, in input order.
@@ -320,11 +422,14 @@ impl CrossEncoder {
         B: AsRef<str> + Sync,
     {
         let logits = self.logits(pairs, progress)?;
+        let sigmoid = |x: f32| 1.0 / (1.0 + (-x).exp());
         Ok(logits
-            .chunks_exact(self.head.labels)
-            .map(|l| match (self.head.labels, self.activation) {
-                (1, Activation::Sigmoid) => 1.0 / (1.0 + (-l[0]).exp()),
-                (1, Activation::Identity) => l[0],
+            .chunks_exact(self.labels())
+            .map(|l| match (&self.scorer, self.activation) {
+                // softmax([no, yes])[1] = σ(yes − no).
+                (Scorer::YesNo(_), _) => sigmoid(l[1] - l[0]),
+                (_, Activation::Sigmoid) if l.len() == 1 => sigmoid(l[0]),
+                _ if l.len() == 1 => l[0],
                 _ => l[1],
             })
             .collect())
@@ -406,21 +511,60 @@ impl CrossEncoder {
     }
 }
 
-/// `model_max_length` of `tokenizer_config.json`, when it is a real limit
-/// (transformers writes a huge sentinel when there is none).
-fn tokenizer_max_length(dir: &Path) -> Result<Option<usize>, Error> {
-    let path = dir.join("tokenizer_config.json");
-    if !path.is_file() {
-        return Ok(None);
+/// The classification head of a BERT-family cross-encoder, checked against
+/// the labels its config declares.
+fn classifier(encoder: &Encoder, dir: &Path) -> Result<Head, Error> {
+    let head = Head::read(&encoder.weights()?, encoder.hidden_size())?;
+    let config_path = dir.join("config.json");
+    if let Some(declared) = declared_labels(&config_path)?
+        && declared != head.labels
+    {
+        return Err(Error::format(
+            &config_path,
+            format!(
+                "it declares {declared} labels but the classifier has {} outputs",
+                head.labels
+            ),
+        ));
     }
-    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| Error::format(&path, e.to_string()))?;
-    Ok(value
-        .get("model_max_length")
-        .and_then(serde_json::Value::as_f64)
-        .filter(|n| (1.0..1e9).contains(n))
-        .map(|n| n as usize))
+    if !(1..=2).contains(&head.labels) {
+        return Err(Error::format(
+            &config_path,
+            format!(
+                "{} labels: a reranker needs 1 (the logit is the score) or 2 (label 1's logit is the score)",
+                head.labels
+            ),
+        ));
+    }
+    Ok(head)
+}
+
+/// The yes/no scoring of a decoder: the "no" and "yes" rows of its head, and
+/// the template tokenised by its own tokenizer.
+fn yes_no(encoder: &Encoder, instruction: Option<String>) -> Result<YesNo, Error> {
+    let weights = encoder.weights()?;
+    if weights.contains_full("score.weight") {
+        return Err(Error::format(
+            weights.path(),
+            "this is a sequence-classification decoder (`score.weight`); yes/no rerankers load from the causal language model (`*ForCausalLM`) checkpoint",
+        ));
+    }
+    let tokenizer = &encoder.files().tokenizer;
+    let token = |text: &str| {
+        encoder.token_id(text).ok_or_else(|| Error::TokenizerMismatch {
+            path: tokenizer.clone(),
+            message: format!(
+                "model.vocab has no token {text:?}: a yes/no reranker scores the \"no\" and \"yes\" tokens"
+            ),
+        })
+    };
+    let ids = [token("no")?, token("yes")?];
+    Ok(YesNo {
+        rows: encoder.lm_head_rows(&ids)?,
+        prefix: encoder.token_ids(YES_NO_PREFIX)?,
+        suffix: encoder.token_ids(YES_NO_SUFFIX)?,
+        instruction: instruction.unwrap_or_else(|| SKILLRET_INSTRUCTION.to_owned()),
+    })
 }
 
 /// The label count `config.json` declares (`id2label` or `num_labels`).

@@ -12,12 +12,23 @@ use crate::cli::{BackendArg, EmbedArgs, KindArg, PrecisionArg};
 pub(crate) fn run(args: &EmbedArgs) -> Result<()> {
     let texts = read_inputs(&args.input)?;
     let mut options = EmbedderOptions::default()
-        .with_prefixes(&args.query_prefix, &args.document_prefix)
         .with_batch_tokens(args.batch_tokens)
         .with_backend(backend(args.backend))
         .with_precision(precision(args.precision));
     if let Some(n) = args.max_length {
         options = options.with_max_length(n);
+    }
+    if let Some(p) = &args.query_prompt {
+        options = options.with_query_prompt(p);
+    }
+    if let Some(p) = &args.document_prompt {
+        options = options.with_document_prompt(p);
+    }
+    if let Some(name) = &args.query_prompt_name {
+        options = options.with_query_prompt_name(name);
+    }
+    if let Some(name) = &args.document_prompt_name {
+        options = options.with_document_prompt_name(name);
     }
     let dir = model_dir(&args.model, args.revision.as_deref())?;
     let model = Embedder::from_dir(&dir, options)
@@ -26,12 +37,19 @@ pub(crate) fn run(args: &EmbedArgs) -> Result<()> {
         KindArg::Query => Kind::Query,
         KindArg::Document => Kind::Document,
     };
+    let prompt = model.prompt(kind);
     eprintln!(
-        "{}: {} texts, max {} tokens, {:?} pooling{}, on {}",
+        "{}: {}, {} texts, max {} tokens, {:?} pooling{}{}, on {}",
         dir.display(),
+        model.config().family(),
         texts.len(),
         model.max_length(),
         model.pooling(),
+        if prompt.is_empty() {
+            String::new()
+        } else {
+            format!(", prompt {prompt:?}")
+        },
         if model.normalize() {
             ", normalised"
         } else {
@@ -44,7 +62,7 @@ pub(crate) fn run(args: &EmbedArgs) -> Result<()> {
     let ids = model.tokenize(&texts, kind)?;
     let tokens: usize = ids.iter().map(Vec::len).sum();
     let bar = crate::progress::bar(texts.len() as u64, "embedding");
-    let vectors = model.embed_tokens(&ids, &|done| bar.set_position(done as u64))?;
+    let vectors = model.embed_tokens(&ids, kind, &|done| bar.set_position(done as u64))?;
     bar.finish_and_clear();
     let seconds = started.elapsed().as_secs_f64();
     eprintln!(

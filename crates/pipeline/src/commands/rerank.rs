@@ -31,9 +31,12 @@ pub(crate) fn run(args: &RerankArgs) -> Result<()> {
     if let Some(n) = args.max_length {
         options = options.with_max_length(n);
     }
+    if let Some(text) = &args.instruction {
+        options = options.with_instruction(text);
+    }
     let dir = model_dir(&args.model, args.revision.as_deref())?;
     let model = CrossEncoder::from_dir(&dir, options)
-        .with_context(|| format!("loading the cross-encoder {}", dir.display()))?;
+        .with_context(|| format!("loading the reranker {}", dir.display()))?;
     let queries: HashMap<String, String> = data
         .queries
         .iter()
@@ -47,9 +50,9 @@ pub(crate) fn run(args: &RerankArgs) -> Result<()> {
         .map(|q| first.get(q).map_or(0, |d| d.len().min(args.top_n)))
         .sum();
     eprintln!(
-        "{}: {} labels, max {} tokens, on {}; {} queries, top {} → {pairs} pairs",
+        "{}: {}, max {} tokens, on {}; {} queries, top {} → {pairs} pairs",
         dir.display(),
-        model.labels(),
+        crate::commands::run::describe(&model),
         model.max_length(),
         model.device(),
         first.len(),

@@ -88,12 +88,16 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
             Some(n) => options.with_max_length(n),
             None => options,
         };
+        let options = match &rr.instruction {
+            Some(text) => options.with_instruction(text),
+            None => options,
+        };
         let model = CrossEncoder::from_dir(&dir, options)
-            .with_context(|| format!("loading the cross-encoder {}", dir.display()))?;
+            .with_context(|| format!("loading the reranker {}", dir.display()))?;
         eprintln!(
-            "reranker: {} ({} labels, max {} tokens) on {}",
+            "reranker: {} ({}, max {} tokens) on {}",
             dir.display(),
-            model.labels(),
+            describe(&model),
             model.max_length(),
             model.device()
         );
@@ -153,6 +157,14 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
     println!("{}", outputs.table);
     eprintln!("outputs in {}", settings.out.display());
     Ok(())
+}
+
+/// What a reranker is, in words.
+pub(crate) fn describe(model: &CrossEncoder) -> String {
+    match model.kind() {
+        reranker::RerankerKind::YesNo => "yes/no decoder, P(yes)".to_owned(),
+        _ => format!("cross-encoder, {} labels", model.labels()),
+    }
 }
 
 fn summary(timing: Option<&StageTiming>) {
@@ -286,18 +298,34 @@ fn dense(
         .unwrap_or(true);
     let mut options = EmbedderOptions::default()
         .with_normalize(false)
-        .with_prefixes(&e.query_prefix, &e.document_prefix)
         .with_batch_tokens(e.batch_tokens)
         .with_backend(e.backend)
         .with_precision(e.precision);
+    if let Some(p) = &e.query_prompt {
+        options = options.with_query_prompt(p);
+    }
+    if let Some(p) = &e.document_prompt {
+        options = options.with_document_prompt(p);
+    }
+    if let Some(name) = &e.query_prompt_name {
+        options = options.with_query_prompt_name(name);
+    }
+    if let Some(name) = &e.document_prompt_name {
+        options = options.with_document_prompt_name(name);
+    }
     if let Some(n) = e.max_length {
         options = options.with_max_length(n);
     }
     if let Some(p) = e.pooling {
         options = options.with_pooling(p);
     }
+    // The prompts as the model will apply them (its own, or the config's),
+    // known before it loads: they are part of the vectors' cache key.
+    let prompts = options
+        .prompts(&dir)
+        .with_context(|| format!("[embedder] prompts of {}", dir.display()))?;
     let fingerprint = model_fingerprint(&dir)?;
-    let dim = embedder::BertConfig::read(&dir.join("config.json"))?.hidden_size;
+    let dim = embedder::ModelConfig::read(&dir.join("config.json"))?.hidden_size();
     let vector_settings = format!(
         "model={fingerprint} revision={:?} max_length={:?} pooling={:?} precision={:?} backend={:?}",
         e.model.revision, e.max_length, e.pooling, e.precision, e.backend
@@ -308,8 +336,9 @@ fn dense(
         let m = Embedder::from_dir(&dir, options.clone())
             .with_context(|| format!("loading the model {}", dir.display()))?;
         eprintln!(
-            "embedder: {} (max {} tokens, {:?} pooling) on {}",
+            "embedder: {} ({}, max {} tokens, {:?} pooling) on {}",
             dir.display(),
+            m.config().family(),
             m.max_length(),
             m.pooling(),
             m.device()
@@ -324,8 +353,8 @@ fn dense(
         &mut load,
         "documents",
         &format!(
-            "{vector_settings} prefix={:?} kind=document",
-            e.document_prefix
+            "{vector_settings} prompt={:?} kind=document",
+            prompts.document
         ),
         &ids,
         doc_texts,
@@ -340,7 +369,7 @@ fn dense(
         &mut model,
         &mut load,
         "queries",
-        &format!("{vector_settings} prefix={:?} kind=query", e.query_prefix),
+        &format!("{vector_settings} prompt={:?} kind=query", prompts.query),
         &q_ids,
         &q_texts,
         Kind::Query,
@@ -379,8 +408,8 @@ fn dense(
             // The documents' vectors key, plus what else shapes the graph.
             let key = crate::cache::content_key(
                 &format!(
-                    "{vector_settings} prefix={:?} kind=document normalize={normalize} hnsw={params:?}",
-                    e.document_prefix
+                    "{vector_settings} prompt={:?} kind=document normalize={normalize} hnsw={params:?}",
+                    prompts.document
                 ),
                 &ids,
                 doc_texts,
@@ -477,7 +506,7 @@ fn embed_cached(
             let ids = m.tokenize(&texts[range.clone()], kind)?;
             tokens += ids.iter().map(Vec::len).sum::<usize>();
             let base = done;
-            let vectors = m.embed_tokens(&ids, &|n| bar.set_position((base + n) as u64))?;
+            let vectors = m.embed_tokens(&ids, kind, &|n| bar.set_position((base + n) as u64))?;
             shards.store(i, vectors.as_slice())?;
             out[range.start * dim..range.end * dim].copy_from_slice(vectors.as_slice());
             done += range.len();

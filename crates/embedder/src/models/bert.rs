@@ -1,0 +1,423 @@
+//! BERT-style encoders (BERT, RoBERTa, XLM-R): post-LayerNorm layers with
+//! absolute positions, GELU feed-forward and bidirectional attention.
+//!
+//! Native engine: sequences of a batch are laid end to end (no padding); the
+//! linear layers run on every token at once (bias and residual folded into
+//! the product), attention is the tiled kernel of [`crate::attention`].
+//! candle engine: candle-transformers' `BertModel` (or `XLMRobertaModel` for
+//! RoBERTa position numbering) on padded batches with a mask.
+
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config as CandleConfig};
+use candle_transformers::models::xlm_roberta::{Config as XlmrConfig, XLMRobertaModel};
+use rayon::prelude::*;
+use serde::Deserialize;
+
+use super::{Model, Pool, Tokens, pool_padded, pool_states};
+use crate::attention::{self, Heads, QkvLayout};
+use crate::error::{Error, Result};
+use crate::files::{ModelFiles, Weights};
+use crate::kernels;
+use crate::linear::{Linear, ROW_BLOCK};
+
+/// The BERT architecture, from `config.json`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct BertConfig {
+    /// Rows of the word-embedding matrix.
+    pub vocab_size: usize,
+    /// Width of every hidden state.
+    pub hidden_size: usize,
+    /// Number of transformer layers.
+    pub num_hidden_layers: usize,
+    /// Attention heads per layer.
+    pub num_attention_heads: usize,
+    /// Width of the feed-forward layer.
+    pub intermediate_size: usize,
+    /// Activation of the feed-forward layer (`gelu` only).
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    /// Number of position embeddings: the longest input.
+    pub max_position_embeddings: usize,
+    /// Number of token types.
+    #[serde(default = "default_type_vocab")]
+    pub type_vocab_size: usize,
+    /// LayerNorm epsilon.
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    /// Padding token id.
+    #[serde(default)]
+    pub pad_token_id: usize,
+    /// `absolute` only.
+    #[serde(default = "default_position_type")]
+    pub position_embedding_type: String,
+    /// transformers' model type (`bert`, `xlm-roberta`, ...).
+    #[serde(default)]
+    pub model_type: Option<String>,
+}
+
+fn default_act() -> String {
+    "gelu".to_owned()
+}
+fn default_type_vocab() -> usize {
+    2
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+fn default_position_type() -> String {
+    "absolute".to_owned()
+}
+
+impl BertConfig {
+    /// Reads and checks `config.json`.
+    pub fn read(path: &Path) -> Result<Self> {
+        Self::parse(path, crate::config::read_json(path)?)
+    }
+
+    pub(crate) fn parse(path: &Path, value: serde_json::Value) -> Result<Self> {
+        let config: Self = serde_path_to_error::deserialize(value)
+            .map_err(|e| Error::format(path, format!("{}: {}", e.path(), e.inner())))?;
+        let bad = |message: String| Err(Error::format(path, message));
+        if config.hidden_size == 0
+            || config.num_attention_heads == 0
+            || !config
+                .hidden_size
+                .is_multiple_of(config.num_attention_heads)
+        {
+            return bad(format!(
+                "hidden_size {} is not a positive multiple of num_attention_heads {}",
+                config.hidden_size, config.num_attention_heads
+            ));
+        }
+        if !matches!(
+            config.hidden_act.as_str(),
+            "gelu" | "gelu_new" | "gelu_pytorch_tanh"
+        ) {
+            return bad(format!(
+                "hidden_act {:?} is not supported (gelu, gelu_new, gelu_pytorch_tanh)",
+                config.hidden_act
+            ));
+        }
+        if config.position_embedding_type != "absolute" {
+            return bad(format!(
+                "position_embedding_type {:?} is not supported (absolute)",
+                config.position_embedding_type
+            ));
+        }
+        if config.type_vocab_size == 0 || config.max_input_length() == 0 {
+            return bad("type_vocab_size and max_position_embeddings must be positive".to_owned());
+        }
+        Ok(config)
+    }
+
+    /// Whether positions are numbered as RoBERTa numbers them: from
+    /// `pad_token_id + 1` (transformers' `create_position_ids_from_input_ids`).
+    pub fn roberta_positions(&self) -> bool {
+        matches!(
+            self.model_type.as_deref(),
+            Some("roberta" | "xlm-roberta" | "camembert")
+        )
+    }
+
+    /// The position of a sequence's first token.
+    pub fn position_offset(&self) -> usize {
+        if self.roberta_positions() {
+            self.pad_token_id + 1
+        } else {
+            0
+        }
+    }
+
+    /// The longest input the position table allows.
+    pub fn max_input_length(&self) -> usize {
+        self.max_position_embeddings
+            .saturating_sub(self.position_offset())
+    }
+
+    /// Width of one attention head.
+    pub fn head_size(&self) -> usize {
+        self.hidden_size / self.num_attention_heads
+    }
+
+    /// Whether the activation is the tanh approximation of GELU.
+    fn tanh_gelu(&self) -> bool {
+        self.hidden_act != "gelu"
+    }
+
+    fn heads(&self) -> Heads {
+        Heads {
+            query: self.num_attention_heads,
+            kv: self.num_attention_heads,
+            dim: self.head_size(),
+            causal: false,
+        }
+    }
+}
+
+/// Name prefixes of the encoder: bare, or inside a transformers task model
+/// (`BertForSequenceClassification`, `XLMRobertaForSequenceClassification`).
+const PREFIXES: [&str; 3] = ["", "bert.", "roberta."];
+const PROBE: &str = "embeddings.word_embeddings.weight";
+
+struct LayerNorm {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+impl LayerNorm {
+    fn read(w: &Weights, name: &str, width: usize) -> Result<Self> {
+        Ok(Self {
+            weight: w.get(&format!("{name}.weight"), &[width])?,
+            bias: w.get(&format!("{name}.bias"), &[width])?,
+        })
+    }
+
+    /// Normalises every `width`-wide row of `xs` in place, blocks of rows in parallel.
+    fn apply(&self, xs: &mut [f32], width: usize, eps: f32) {
+        xs.par_chunks_mut(width * ROW_BLOCK).for_each(|rows| {
+            kernels::layer_norm(rows, width, &self.weight, &self.bias, eps);
+        });
+    }
+}
+
+fn linear(w: &Weights, name: &str, inputs: usize, outputs: usize) -> Result<Linear> {
+    let weight = w.get(&format!("{name}.weight"), &[outputs, inputs])?;
+    let bias = w.get(&format!("{name}.bias"), &[outputs])?;
+    Ok(Linear::new(&weight, Some(bias), inputs, outputs))
+}
+
+struct Layer {
+    /// Query, key and value in one product (`hidden → 3·hidden`).
+    qkv: Linear,
+    attention_out: Linear,
+    attention_norm: LayerNorm,
+    intermediate: Linear,
+    output: Linear,
+    output_norm: LayerNorm,
+}
+
+/// BERT weights ready for the native forward pass.
+pub(crate) struct NativeBert {
+    config: BertConfig,
+    word: Vec<f32>,
+    position: Vec<f32>,
+    token_type: Vec<f32>,
+    embedding_norm: LayerNorm,
+    layers: Vec<Layer>,
+}
+
+impl NativeBert {
+    /// Loads the weights of `config`; with `bf16`, the linear layers run in
+    /// bfloat16 (the caller checks CPU support).
+    pub(crate) fn load(files: &ModelFiles, config: &BertConfig, bf16: bool) -> Result<Self> {
+        let w = Weights::open(&files.weights, &PREFIXES, PROBE)?;
+        let h = config.hidden_size;
+        let i = config.intermediate_size;
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        for l in 0..config.num_hidden_layers {
+            let p = format!("encoder.layer.{l}");
+            let q = linear(&w, &format!("{p}.attention.self.query"), h, h)?;
+            let k = linear(&w, &format!("{p}.attention.self.key"), h, h)?;
+            let v = linear(&w, &format!("{p}.attention.self.value"), h, h)?;
+            let mut layer = Layer {
+                qkv: Linear::stack(&[q, k, v]),
+                attention_out: linear(&w, &format!("{p}.attention.output.dense"), h, h)?,
+                attention_norm: LayerNorm::read(&w, &format!("{p}.attention.output.LayerNorm"), h)?,
+                intermediate: linear(&w, &format!("{p}.intermediate.dense"), h, i)?,
+                output: linear(&w, &format!("{p}.output.dense"), i, h)?,
+                output_norm: LayerNorm::read(&w, &format!("{p}.output.LayerNorm"), h)?,
+            };
+            if bf16 {
+                for linear in [
+                    &mut layer.qkv,
+                    &mut layer.attention_out,
+                    &mut layer.intermediate,
+                    &mut layer.output,
+                ] {
+                    linear.pack_bf16();
+                }
+            }
+            layers.push(layer);
+        }
+        Ok(Self {
+            word: w.get("embeddings.word_embeddings.weight", &[config.vocab_size, h])?,
+            position: w.get(
+                "embeddings.position_embeddings.weight",
+                &[config.max_position_embeddings, h],
+            )?,
+            token_type: w.get(
+                "embeddings.token_type_embeddings.weight",
+                &[config.type_vocab_size, h],
+            )?,
+            embedding_norm: LayerNorm::read(&w, "embeddings.LayerNorm", h)?,
+            layers,
+            config: config.clone(),
+        })
+    }
+
+    /// Token states of a batch of sequences laid end to end: returns the
+    /// `Σ len × hidden` matrix, row `offsets[s] + t` for token t of sequence s.
+    fn states(&self, inputs: &[&Tokens]) -> Vec<f32> {
+        let h = self.config.hidden_size;
+        let inter = self.config.intermediate_size;
+        let eps = self.config.layer_norm_eps as f32;
+        let tokens: usize = inputs.iter().map(|t| t.ids.len()).sum();
+        // RoBERTa-style models number positions from padding_idx + 1.
+        let first_position = self.config.position_offset();
+
+        let mut hidden = vec![0.0f32; tokens * h];
+        let mut row = 0;
+        for input in inputs {
+            for (pos, &id) in input.ids.iter().enumerate() {
+                let out = &mut hidden[row * h..(row + 1) * h];
+                let word = &self.word[id as usize * h..(id as usize + 1) * h];
+                let p = first_position + pos;
+                let position = &self.position[p * h..(p + 1) * h];
+                kernels::add(out, word, position);
+                let kind = input.types.get(pos).map_or(0, |&t| t as usize);
+                for (o, t) in out
+                    .iter_mut()
+                    .zip(&self.token_type[kind * h..(kind + 1) * h])
+                {
+                    *o += t;
+                }
+                row += 1;
+            }
+        }
+        let lengths: Vec<usize> = inputs.iter().map(|t| t.ids.len()).collect();
+        self.embedding_norm.apply(&mut hidden, h, eps);
+
+        let heads = self.config.heads();
+        let layout = QkvLayout::fused(heads);
+        let tanh_form = self.config.tanh_gelu();
+        let mut qkv = vec![0.0f32; tokens * 3 * h];
+        let mut context = vec![0.0f32; tokens * h];
+        let mut attended = vec![0.0f32; tokens * h];
+        let mut intermediate = vec![0.0f32; tokens * inter];
+        for layer in &self.layers {
+            layer.qkv.forward(&hidden, tokens, &mut qkv, None);
+            attention::attention(heads, &lengths, &qkv, layout, &mut context);
+            layer
+                .attention_out
+                .forward(&context, tokens, &mut attended, Some(&hidden));
+            layer.attention_norm.apply(&mut attended, h, eps);
+            layer
+                .intermediate
+                .forward(&attended, tokens, &mut intermediate, None);
+            intermediate
+                .par_chunks_mut(inter * ROW_BLOCK)
+                .for_each(|chunk| kernels::gelu(chunk, tanh_form));
+            layer
+                .output
+                .forward(&intermediate, tokens, &mut hidden, Some(&attended));
+            layer.output_norm.apply(&mut hidden, h, eps);
+        }
+        hidden
+    }
+}
+
+impl Model for NativeBert {
+    fn forward(&self, batch: &[&Tokens], pool: Pool) -> Result<Vec<f32>> {
+        let states = self.states(batch);
+        let lengths: Vec<usize> = batch.iter().map(|t| t.ids.len()).collect();
+        Ok(pool_states(
+            &states,
+            &lengths,
+            self.config.hidden_size,
+            pool,
+        ))
+    }
+}
+
+enum Graph {
+    Bert(BertModel),
+    XlmRoberta(XLMRobertaModel),
+}
+
+/// candle-transformers' BERT on a candle device.
+pub(crate) struct CandleBert {
+    graph: Graph,
+    device: Device,
+    pad: u32,
+}
+
+impl CandleBert {
+    pub(crate) fn load(files: &ModelFiles, bert: &BertConfig, device: &Device) -> Result<Self> {
+        // candle's Config wants fields that inference does not use and many
+        // config.json files leave out; give them their transformers defaults.
+        let mut raw: serde_json::Value = crate::config::read_json(&files.config)?;
+        if let Some(map) = raw.as_object_mut() {
+            for (key, value) in [
+                ("hidden_dropout_prob", serde_json::json!(0.1)),
+                ("initializer_range", serde_json::json!(0.02)),
+                ("use_cache", serde_json::json!(true)),
+            ] {
+                map.entry(key).or_insert(value);
+            }
+        }
+        let weights = &files.weights[0];
+        // SAFETY: as for `TensorFile::open`: read-only maps of files that are
+        // not modified while the model loads.
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, DType::F32, device) }
+            .map_err(|e| Error::format(weights, e.to_string()))?;
+        let bad_config = |e: serde_json::Error| Error::format(&files.config, e.to_string());
+        let bad_weights = |e: candle_core::Error| Error::format(weights, e.to_string());
+        let graph = if bert.roberta_positions() {
+            let config: XlmrConfig = serde_json::from_value(raw).map_err(bad_config)?;
+            let vb = if vb.contains_tensor("roberta.embeddings.word_embeddings.weight") {
+                vb.pp("roberta")
+            } else {
+                vb
+            };
+            Graph::XlmRoberta(XLMRobertaModel::new(&config, vb).map_err(bad_weights)?)
+        } else {
+            let config: CandleConfig = serde_json::from_value(raw).map_err(bad_config)?;
+            Graph::Bert(BertModel::load(vb, &config).map_err(bad_weights)?)
+        };
+        let pad = u32::try_from(bert.pad_token_id)
+            .map_err(|_| Error::format(&files.config, "pad_token_id is too large"))?;
+        Ok(Self {
+            graph,
+            device: device.clone(),
+            pad,
+        })
+    }
+
+    fn run(&self, seqs: &[&Tokens], pool: Pool) -> candle_core::Result<Vec<f32>> {
+        let len = seqs.iter().map(|s| s.ids.len()).max().unwrap_or(0);
+        let mut ids = Vec::with_capacity(seqs.len() * len);
+        let mut types = Vec::with_capacity(seqs.len() * len);
+        let mut mask = Vec::with_capacity(seqs.len() * len);
+        for seq in seqs {
+            let n = seq.ids.len();
+            ids.extend(
+                seq.ids
+                    .iter()
+                    .copied()
+                    .chain(std::iter::repeat_n(self.pad, len - n)),
+            );
+            types.extend((0..len).map(|t| seq.types.get(t).copied().unwrap_or(0)));
+            mask.extend((0..len).map(|t| u32::from(t < n)));
+        }
+        let shape = (seqs.len(), len);
+        let ids = Tensor::from_vec(ids, shape, &self.device)?;
+        let mask = Tensor::from_vec(mask, shape, &self.device)?;
+        let types = Tensor::from_vec(types, shape, &self.device)?;
+        let states = match &self.graph {
+            Graph::Bert(model) => model.forward(&ids, &types, Some(&mask))?,
+            Graph::XlmRoberta(model) => model.forward(&ids, &mask, &types, None, None, None)?,
+        };
+        let lengths: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
+        pool_padded(&states, &lengths, pool)
+    }
+}
+
+impl Model for CandleBert {
+    fn forward(&self, batch: &[&Tokens], pool: Pool) -> Result<Vec<f32>> {
+        self.run(batch, pool)
+            .map_err(|e| Error::Inference(e.to_string()))
+    }
+}

@@ -1,0 +1,258 @@
+//! Model families behind one small interface.
+//!
+//! Each family is one file (`bert.rs`, `qwen3.rs`): its `config.json`
+//! fields, and the same forward pass on both engines — the native CPU engine
+//! (unpadded batches, fused kernels, f32 or bf16 linear layers) and a candle
+//! graph (the CUDA path, also runnable on the CPU to check the native one).
+//! Both implement [`Model`]: a batch of token sequences in, one pooled
+//! vector per sequence out. Adding a family is one new file and one arm in
+//! [`ModelConfig::read`] and [`load`].
+
+pub(crate) mod bert;
+pub(crate) mod qwen3;
+
+use std::path::Path;
+
+use crate::config::Pooling;
+use crate::error::{Error, Result};
+use crate::files::ModelFiles;
+use crate::{Backend, Precision};
+
+pub use bert::BertConfig;
+pub use qwen3::Qwen3Config;
+
+/// One tokenised input: token ids, and token types (empty: all type 0).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Tokens {
+    /// Token ids, specials included.
+    pub ids: Vec<u32>,
+    /// Segment of each token (0 first text, 1 second), or empty.
+    pub types: Vec<u32>,
+}
+
+/// Which states a forward pass returns, one vector per sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pool {
+    pub(crate) pooling: Pooling,
+    /// Leading tokens left out of mean and CLS pooling (a prompt that
+    /// sentence-transformers' `include_prompt = false` excludes).
+    pub(crate) skip: usize,
+}
+
+/// A loaded model on one engine.
+pub(crate) trait Model: Send + Sync {
+    /// The pooled final states of a batch (`batch.len() × hidden`, row
+    /// after row), not normalised.
+    fn forward(&self, batch: &[&Tokens], pool: Pool) -> Result<Vec<f32>>;
+}
+
+/// The architecture, from `config.json`.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ModelConfig {
+    /// BERT and RoBERTa-style encoders (MiniLM, e5, bge, arctic-embed, …).
+    Bert(BertConfig),
+    /// Qwen3 decoders (Qwen3-Embedding, Qwen3-Reranker, …).
+    Qwen3(Qwen3Config),
+}
+
+const BERT_TYPES: [&str; 4] = ["bert", "roberta", "xlm-roberta", "camembert"];
+
+impl ModelConfig {
+    /// Reads `config.json`, detecting the family from `model_type` (or
+    /// `architectures`; BERT where neither says).
+    pub fn read(path: &Path) -> Result<Self> {
+        let value: serde_json::Value = crate::config::read_json(path)?;
+        let model_type = value.get("model_type").and_then(serde_json::Value::as_str);
+        let architecture = value
+            .get("architectures")
+            .and_then(serde_json::Value::as_array)
+            .and_then(|a| a.first())
+            .and_then(serde_json::Value::as_str);
+        match (model_type, architecture) {
+            (Some("qwen3"), _) | (None, Some("Qwen3Model" | "Qwen3ForCausalLM")) => {
+                Ok(Self::Qwen3(Qwen3Config::parse(path, value)?))
+            }
+            (Some(t), _) if BERT_TYPES.contains(&t) => {
+                Ok(Self::Bert(BertConfig::parse(path, value)?))
+            }
+            (None, _) => Ok(Self::Bert(BertConfig::parse(path, value)?)),
+            (Some(other), _) => Err(Error::format(
+                path,
+                format!(
+                    "model_type: {other:?} is not a supported architecture ({}, qwen3)",
+                    BERT_TYPES.join(", ")
+                ),
+            )),
+        }
+    }
+
+    /// The family, in words.
+    pub fn family(&self) -> &'static str {
+        match self {
+            Self::Bert(_) => "bert",
+            Self::Qwen3(_) => "qwen3",
+        }
+    }
+
+    /// Width of the final states.
+    pub fn hidden_size(&self) -> usize {
+        match self {
+            Self::Bert(c) => c.hidden_size,
+            Self::Qwen3(c) => c.hidden_size,
+        }
+    }
+
+    /// Rows of the token-embedding matrix.
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            Self::Bert(c) => c.vocab_size,
+            Self::Qwen3(c) => c.vocab_size,
+        }
+    }
+
+    /// Token types the model knows (1: none).
+    pub fn type_vocab_size(&self) -> usize {
+        match self {
+            Self::Bert(c) => c.type_vocab_size,
+            Self::Qwen3(_) => 1,
+        }
+    }
+
+    /// The longest input the model's positions allow.
+    pub fn max_input_length(&self) -> usize {
+        match self {
+            Self::Bert(c) => c.max_input_length(),
+            Self::Qwen3(c) => c.max_position_embeddings,
+        }
+    }
+
+    /// The pooling that fits where the directory names none: the mean for
+    /// encoders, the last token for (causal) decoders.
+    pub fn default_pooling(&self) -> Pooling {
+        match self {
+            Self::Bert(_) => Pooling::Mean,
+            Self::Qwen3(_) => Pooling::LastToken,
+        }
+    }
+}
+
+/// Loads `config`'s weights on the engine `backend` asks for; returns the
+/// model and where it runs, in words.
+pub(crate) fn load(
+    config: &ModelConfig,
+    files: &ModelFiles,
+    backend: Backend,
+    precision: Precision,
+) -> Result<(Box<dyn Model>, String)> {
+    let (bf16, precision_note) = match precision {
+        Precision::F32 => (false, "f32"),
+        Precision::Bf16 if crate::bf16::supported() => (true, "bf16"),
+        Precision::Bf16 => (false, "f32: this CPU has no AVX-512 BF16"),
+    };
+    let native = || -> Result<(Box<dyn Model>, String)> {
+        let model: Box<dyn Model> = match config {
+            ModelConfig::Bert(c) => Box::new(bert::NativeBert::load(files, c, bf16)?),
+            ModelConfig::Qwen3(c) => Box::new(qwen3::NativeQwen3::load(files, c, bf16)?),
+        };
+        let threads = rayon::current_num_threads();
+        Ok((
+            model,
+            format!("cpu (native, {precision_note}, {threads} threads)"),
+        ))
+    };
+    let candle = |device: &candle_core::Device| -> Result<Box<dyn Model>> {
+        Ok(match config {
+            ModelConfig::Bert(c) => Box::new(bert::CandleBert::load(files, c, device)?),
+            ModelConfig::Qwen3(c) => {
+                // bf16 where the GPU does the arithmetic; the CPU graph stays
+                // f32 (it is the check of the native engine).
+                let dtype = if precision == Precision::Bf16 && device.is_cuda() {
+                    candle_core::DType::BF16
+                } else {
+                    candle_core::DType::F32
+                };
+                Box::new(qwen3::CandleQwen3::load(files, c, device, dtype)?)
+            }
+        })
+    };
+    match backend {
+        Backend::Native => native(),
+        Backend::Candle => Ok((
+            candle(&candle_core::Device::Cpu)?,
+            "cpu (candle)".to_owned(),
+        )),
+        Backend::Cuda => match candle_core::Device::new_cuda(0) {
+            Ok(device) => Ok((candle(&device)?, "cuda:0 (candle)".to_owned())),
+            Err(e) => {
+                // Without the `cuda` feature candle's stand-in device answers
+                // that CUDA support is not compiled in.
+                let (model, device) = native()?;
+                Ok((
+                    model,
+                    format!("{device}: no GPU used, no CUDA device could be used ({e})"),
+                ))
+            }
+        },
+    }
+}
+
+/// Pools token states laid end to end (row `Σ lengths[..s] + t` is token t of
+/// sequence s) into one vector per sequence.
+pub(crate) fn pool_states(states: &[f32], lengths: &[usize], dim: usize, pool: Pool) -> Vec<f32> {
+    let mut out = vec![0.0f32; lengths.len() * dim];
+    let mut row = 0;
+    for (s, &len) in lengths.iter().enumerate() {
+        let target = &mut out[s * dim..(s + 1) * dim];
+        let state = |t: usize| &states[(row + t) * dim..(row + t + 1) * dim];
+        let first = pool.skip.min(len.saturating_sub(1));
+        match pool.pooling {
+            Pooling::Cls => target.copy_from_slice(state(first)),
+            Pooling::LastToken => target.copy_from_slice(state(len.saturating_sub(1))),
+            Pooling::Mean => {
+                let from = pool.skip.min(len);
+                for t in from..len {
+                    for (o, v) in target.iter_mut().zip(state(t)) {
+                        *o += v;
+                    }
+                }
+                let n = (len - from).max(1) as f32;
+                for o in target.iter_mut() {
+                    *o /= n;
+                }
+            }
+        }
+        row += len;
+    }
+    out
+}
+
+/// The same pooling on a candle batch of right-padded states
+/// (`batch × len × hidden`), as f32 values row after row.
+pub(crate) fn pool_padded(
+    states: &candle_core::Tensor,
+    lengths: &[usize],
+    pool: Pool,
+) -> candle_core::Result<Vec<f32>> {
+    use candle_core::{DType, IndexOp, Tensor};
+    let states = states.to_dtype(DType::F32)?;
+    let (batch, len, _) = states.dims3()?;
+    let mut rows = Vec::with_capacity(batch);
+    for (s, &n) in lengths.iter().enumerate() {
+        let row = match pool.pooling {
+            Pooling::Cls => states.i((s, pool.skip.min(n.saturating_sub(1))))?,
+            Pooling::LastToken => states.i((s, n.saturating_sub(1)))?,
+            Pooling::Mean => {
+                let from = pool.skip.min(n);
+                let mask: Vec<f32> = (0..len)
+                    .map(|t| f32::from(u8::from(t >= from && t < n)))
+                    .collect();
+                let mask = Tensor::from_vec(mask, (len, 1), states.device())?;
+                let sum = states.i(s)?.broadcast_mul(&mask)?.sum(0)?;
+                (sum / ((n - from).max(1) as f64))?
+            }
+        };
+        rows.push(row);
+    }
+    Tensor::stack(&rows, 0)?.flatten_all()?.to_vec1::<f32>()
+}
