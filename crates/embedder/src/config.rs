@@ -91,6 +91,8 @@ fn yes() -> bool {
 #[derive(Deserialize)]
 struct SentenceBertFile {
     max_seq_length: Option<usize>,
+    /// 6.x: which input modalities the Transformer module takes.
+    modality_config: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -141,6 +143,17 @@ impl SentenceTransformersConfig {
         if st_path.is_file() {
             let st: SentenceBertFile = read_json(&st_path)?;
             config.max_seq_length = st.max_seq_length;
+            // sentence-transformers 6.x renders text through the tokenizer's
+            // chat template whenever the module takes messages.
+            if st
+                .modality_config
+                .is_some_and(|m| m.contains_key("message"))
+            {
+                return Err(Error::format(
+                    &st_path,
+                    "modality_config.message: this model takes chat messages (sentence-transformers renders each text through the chat template), which is not supported; only the text modality is",
+                ));
+            }
         }
         let prompts_path = dir.join("config_sentence_transformers.json");
         if prompts_path.is_file() {

@@ -71,7 +71,8 @@ impl std::fmt::Debug for Encoder {
 
 impl Encoder {
     /// Loads the model of a directory. `default_max_length` applies when the
-    /// options set none (e.g. sentence-transformers' max_seq_length).
+    /// options set none (e.g. sentence-transformers' max_seq_length), capped
+    /// at the model's positions.
     pub fn from_dir(
         dir: &Path,
         options: &EncoderOptions,
@@ -80,15 +81,21 @@ impl Encoder {
         let files = ModelFiles::in_dir(dir)?;
         let config = ModelConfig::read(&files.config)?;
         let model_max = config.max_input_length();
-        let max_length = match options.max_length.or(default_max_length) {
-            Some(n) if n > model_max => {
+        // An explicit length beyond the positions is an error; a default one
+        // (a tokenizer's model_max_length, say) is capped, as
+        // sentence-transformers caps it.
+        let max_length = match (options.max_length, default_max_length) {
+            (Some(n), _) if n > model_max => {
                 return Err(Error::Invalid(format!(
                     "max length {n} exceeds the model's {model_max} positions"
                 )));
             }
-            Some(0) => return Err(Error::Invalid("max length must be positive".to_owned())),
-            Some(n) => n,
-            None => model_max,
+            (Some(0), _) | (None, Some(0)) => {
+                return Err(Error::Invalid("max length must be positive".to_owned()));
+            }
+            (Some(n), _) => n,
+            (None, Some(n)) => n.min(model_max),
+            (None, None) => model_max,
         };
         if options.batch_tokens == 0 {
             return Err(Error::Invalid("batch_tokens must be positive".to_owned()));

@@ -4,76 +4,25 @@
 //! scripts/fetch-models.sh; the texts from ../shared/skillret-sample.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use common::cosine;
 use embedder::{Backend, Embedder, EmbedderOptions, Kind, Precision};
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// The shared sample and the installed models, or `None` with a note.
 fn inputs(model: &str) -> Option<(PathBuf, PathBuf)> {
-    let sample = root().join("../shared/skillret-sample");
-    let dir = root().join("models").join(model);
-    if !sample.join("skills/test.jsonl").is_file() {
-        eprintln!("skipping: {} is absent", sample.display());
-        return None;
-    }
-    if !dir.join("model.safetensors").is_file() {
-        eprintln!(
-            "skipping: {} is absent (run scripts/fetch-models.sh)",
-            dir.display()
-        );
-        return None;
-    }
-    Some((sample, dir))
+    Some((
+        common::sample()?,
+        common::model(model, "scripts/fetch-models.sh")?,
+    ))
 }
 
 fn decode(entry: &Value) -> Vec<Vec<f32>> {
-    let dim = entry["dim"].as_u64().unwrap() as usize;
-    let b64 = entry["vectors_f32le_base64"].as_str().unwrap();
-    let bytes = base64_decode(b64);
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect::<Vec<_>>()
-        .chunks_exact(dim)
-        .map(<[f32]>::to_vec)
-        .collect()
-}
-
-fn base64_decode(text: &str) -> Vec<u8> {
-    let value = |c: u8| match c {
-        b'A'..=b'Z' => c - b'A',
-        b'a'..=b'z' => c - b'a' + 26,
-        b'0'..=b'9' => c - b'0' + 52,
-        b'+' => 62,
-        b'/' => 63,
-        _ => panic!("not base64: {c}"),
-    };
-    let clean: Vec<u8> = text.bytes().filter(|&c| c != b'=').collect();
-    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
-    for chunk in clean.chunks(4) {
-        let v: Vec<u32> = chunk.iter().map(|&c| u32::from(value(c))).collect();
-        let n = v.iter().fold(0u32, |acc, &x| acc << 6 | x) << (6 * (4 - v.len()));
-        let bytes = n.to_be_bytes();
-        out.extend_from_slice(&bytes[1..v.len()]);
-    }
-    out
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
+    common::vectors(entry, "vectors_f32le_base64")
 }
 
 fn texts(sample: &Path, reference: &Value) -> (Vec<String>, Vec<String>) {
@@ -109,13 +58,7 @@ fn check_with(model: &str, backend: Backend, precision: Precision, limit: usize,
     let Some((sample, dir)) = inputs(model) else {
         return;
     };
-    let fixture: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference_embeddings.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let fixture = common::fixture("reference_embeddings.json");
     assert_eq!(fixture["generated_by"]["tool"], "sentence-transformers");
     let reference = &fixture["models"][model];
     let (docs, queries) = texts(&sample, reference);
