@@ -744,3 +744,220 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+fn qwen3_models() -> Option<(PathBuf, PathBuf)> {
+    let found = (
+        installed("test-qwen3-embedding"),
+        installed("test-qwen3-reranker"),
+    );
+    if let (Some(e), Some(r)) = found {
+        Some((e, r))
+    } else {
+        eprintln!("skipping: run python3 scripts/make_qwen3_models.py");
+        None
+    }
+}
+
+/// Vectors of a `pipeline embed` output file.
+fn read_vectors(path: &Path) -> Vec<Vec<f64>> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn embed_takes_qwen3_models_with_their_prompts() {
+    let Some((model, _)) = qwen3_models() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("q.jsonl");
+    std::fs::write(
+        &input,
+        "{\"query\": \"extract the tables of a PDF report\"}\n\"rebase my branch\"\n",
+    )
+    .unwrap();
+    let embed = |name: &str, extra: &[&str]| {
+        let output = dir.path().join(name);
+        let mut args = vec![
+            "embed",
+            "--model",
+            path(&model),
+            "--kind",
+            "query",
+            "--input",
+            path(&input),
+            "--output",
+            path(&output),
+        ];
+        args.extend(extra);
+        let out = pipeline(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        (read_vectors(&output), text(&out.stderr))
+    };
+    let (own, log) = embed("own.jsonl", &[]);
+    assert!(log.contains("qwen3") && log.contains("LastToken"), "{log}");
+    assert!(
+        log.contains("prompt \"Instruct: Given a web search query"),
+        "{log}"
+    );
+    let (named, _) = embed("named.jsonl", &["--query-prompt-name", "query"]);
+    let (none, _) = embed("none.jsonl", &["--query-prompt", ""]);
+    let (skillret, log) = embed(
+        "skillret.jsonl",
+        &[
+            "--query-prompt",
+            "Instruct: Given a skill search query, retrieve relevant skills that match the query\nQuery: ",
+        ],
+    );
+    assert!(log.contains("skill search query"), "{log}");
+    assert_eq!(own, named);
+    assert_ne!(own, none);
+    assert_ne!(own, skillret);
+    assert_eq!(own.len(), 2);
+    let norm: f64 = own[0].iter().map(|x| x * x).sum();
+    assert!((norm - 1.0).abs() < 1e-5, "normalised: {norm}");
+    // A prompt name the model does not define: an error naming the file, nothing written.
+    let output = dir.path().join("bad.jsonl");
+    let out = pipeline(&[
+        "embed",
+        "--model",
+        path(&model),
+        "--query-prompt-name",
+        "passage",
+        "--input",
+        path(&input),
+        "--output",
+        path(&output),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("config_sentence_transformers.json") && err.contains("\"passage\""),
+        "{err}"
+    );
+    assert!(!output.exists());
+}
+
+#[test]
+fn rerank_takes_a_yes_no_reranker() {
+    let Some((_, model)) = qwen3_models() else {
+        return;
+    };
+    let tiny = fixture("tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("reranked.trec");
+    let out = pipeline(&[
+        "rerank",
+        "--model",
+        path(&model),
+        "--data",
+        path(&tiny),
+        "--run",
+        path(&tiny.join("runs/lexical.run.trec")),
+        "--top-n",
+        "3",
+        "--max-length",
+        "512",
+        "--output",
+        path(&output),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("yes/no decoder"),
+        "{}",
+        text(&out.stderr)
+    );
+    let reranked = read_run(&output);
+    let first = read_run(&tiny.join("runs/lexical.run.trec"));
+    assert_eq!(reranked.len(), first.len());
+    // Each query's top 3 carry P(yes) scores, in (0, 1) and descending.
+    let mut by_query: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    for (q, _, s) in &reranked {
+        by_query.entry(q.as_str()).or_default().push(*s);
+    }
+    for scores in by_query.values() {
+        let top = &scores[..3.min(scores.len())];
+        assert!(top.iter().all(|p| *p > 0.0 && *p < 1.0), "{top:?}");
+        assert!(top.windows(2).all(|w| w[0] >= w[1]), "{top:?}");
+    }
+}
+
+#[test]
+fn run_qwen3_test_models_end_to_end_on_the_shared_sample() {
+    let Some(_) = qwen3_models() else { return };
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/skillret-sample");
+    if !sample.join("skills/test.jsonl").is_file() {
+        eprintln!("skipping: {} is absent", sample.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let config = std::fs::read_to_string(configs().join("qwen3-test-models.toml"))
+        .unwrap()
+        .replace("\"models/", &format!("\"{}/models/", root.display()));
+    let out = run_config(dir.path(), &config, &sample, "q");
+    let log = text(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("2851 documents") && log.contains("24 queries"),
+        "{log}"
+    );
+    assert!(
+        log.contains("qwen3, max 1024 tokens, LastToken pooling"),
+        "{log}"
+    );
+    assert!(log.contains("yes/no decoder, P(yes)"), "{log}");
+    assert!(log.contains("480 pairs"), "{log}");
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("q/metrics.json")).unwrap())
+            .unwrap();
+    for stage in ["retriever", "reranker"] {
+        assert!(metrics[stage]["NDCG@10"].is_f64(), "{metrics}");
+    }
+    let reranked = read_run(&dir.path().join("q/run.reranker.trec"));
+    assert_eq!(reranked.len(), 24 * 20);
+}
+
+#[test]
+fn hub_configs_fail_fast_with_the_hint_where_the_hub_is_unreachable() {
+    let tiny = fixture("tiny");
+    let hf_home = tempfile::tempdir().unwrap();
+    for name in [
+        "qwen3-embedding-0.6b.toml",
+        "skillret-embedding-0.6b.toml",
+        "qwen3-embedding-0.6b+qwen3-reranker-0.6b.toml",
+        "skillret-embedding-0.6b+skillret-reranker-0.6b.toml",
+        "bge-small-en-v1.5.toml",
+        "snowflake-arctic-embed-s.toml",
+        "e5-small-v2.toml",
+    ] {
+        let out_dir = hf_home.path().join(name);
+        let out = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+            .args([
+                "run",
+                "--config",
+                path(&configs().join(name)),
+                "--data",
+                path(&tiny),
+                "--out",
+                path(&out_dir),
+            ])
+            .env("HF_HOME", hf_home.path())
+            .env_remove("HF_HUB_OFFLINE")
+            // Nothing listens on port 9 of the loopback: refused at once.
+            .env("HF_ENDPOINT", "http://127.0.0.1:9")
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+        assert!(err.contains("[embedder] model"), "{name}: {err}");
+        assert!(
+            err.contains("pass a local model directory instead"),
+            "{name}: {err}"
+        );
+        assert!(!out_dir.exists(), "{name}: nothing is written");
+    }
+}

@@ -37,6 +37,20 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
     )?;
     let mut timings: Vec<StageTiming> = Vec::new();
 
+    // Every model is found (downloaded where it comes from the Hub) and its
+    // files checked before any work: a run fails in seconds, not after
+    // hours of embedding.
+    let embedder_dir = settings
+        .embedder
+        .as_ref()
+        .map(|e| resolve_model(&e.model, "embedder"))
+        .transpose()?;
+    let reranker_dir = settings
+        .reranker
+        .as_ref()
+        .map(|r| resolve_model(&r.model, "reranker"))
+        .transpose()?;
+
     let started = Instant::now();
     let data = load_data(&settings)?;
     for warning in &data.warnings {
@@ -66,15 +80,21 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
     ));
     summary(timings.last());
 
-    let retrieved = retrieve(&settings, &doc_ids, &doc_texts, &queries, &mut timings)?;
+    let retrieved = retrieve(
+        &settings,
+        embedder_dir.as_deref(),
+        &doc_ids,
+        &doc_texts,
+        &queries,
+        &mut timings,
+    )?;
     let mut stages = vec![Stage {
         name: "retriever".to_owned(),
         run: retrieved.run,
     }];
 
-    if let Some(rr) = &settings.reranker {
+    if let (Some(rr), Some(dir)) = (&settings.reranker, &reranker_dir) {
         let started = Instant::now();
-        let dir = resolve_model(&rr.model)?;
         let options = RerankerOptions::default()
             .with_batch_tokens(rr.batch_tokens)
             .with_backend(rr.backend)
@@ -92,7 +112,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
             Some(text) => options.with_instruction(text),
             None => options,
         };
-        let model = CrossEncoder::from_dir(&dir, options)
+        let model = CrossEncoder::from_dir(dir, options)
             .with_context(|| format!("loading the reranker {}", dir.display()))?;
         eprintln!(
             "reranker: {} ({}, max {} tokens) on {}",
@@ -189,8 +209,16 @@ fn load_data(settings: &Settings) -> Result<Dataset> {
     }
 }
 
-fn resolve_model(model: &ModelRef) -> Result<PathBuf> {
-    model_dir(&model.model, model.revision.as_deref())
+/// The directory of a configured model (from the Hub where it is an id),
+/// with its files and architecture checked.
+fn resolve_model(model: &ModelRef, section: &str) -> Result<PathBuf> {
+    let dir = model_dir(&model.model, model.revision.as_deref())
+        .with_context(|| format!("[{section}] model {:?}", model.model))?;
+    let files = embedder::ModelFiles::in_dir(&dir)
+        .with_context(|| format!("[{section}] model {}", dir.display()))?;
+    embedder::ModelConfig::read(&files.config)
+        .with_context(|| format!("[{section}] model {}", dir.display()))?;
+    Ok(dir)
 }
 
 /// The first stage's run, and HNSW's recall against exact search.
@@ -201,6 +229,7 @@ struct Retrieved {
 
 fn retrieve(
     settings: &Settings,
+    embedder_dir: Option<&Path>,
     doc_ids: &[Arc<str>],
     doc_texts: &[String],
     queries: &[&eval::Query],
@@ -215,12 +244,11 @@ fn retrieve(
             } else {
                 r.top_n
             };
-            let embedder = settings
-                .embedder
-                .as_ref()
-                .context("a dense retriever needs an embedder")?;
+            let (Some(embedder), Some(dir)) = (settings.embedder.as_ref(), embedder_dir) else {
+                bail!("a dense retriever needs an embedder");
+            };
             Some(dense(
-                settings, embedder, doc_ids, doc_texts, queries, depth, timings,
+                settings, embedder, dir, doc_ids, doc_texts, queries, depth, timings,
             )?)
         }
     };
@@ -280,16 +308,17 @@ struct Dense {
 }
 
 /// Embeds (or reads from the cache) corpus and queries, indexes, searches.
+#[allow(clippy::too_many_arguments)]
 fn dense(
     settings: &Settings,
     e: &EmbedderSettings,
+    dir: &Path,
     doc_ids: &[Arc<str>],
     doc_texts: &[String],
     queries: &[&eval::Query],
     depth: usize,
     timings: &mut Vec<StageTiming>,
 ) -> Result<Dense> {
-    let dir = resolve_model(&e.model)?;
     // Pooled vectors are cached raw; normalisation follows the model's
     // Normalize module unless the configuration says otherwise.
     let normalize = e
