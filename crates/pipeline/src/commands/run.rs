@@ -323,7 +323,7 @@ fn dense(
     // Normalize module unless the configuration says otherwise.
     let normalize = e
         .normalize
-        .or(embedder::SentenceTransformersConfig::read(&dir)?.normalize)
+        .or(embedder::SentenceTransformersConfig::read(dir)?.normalize)
         .unwrap_or(true);
     let mut options = EmbedderOptions::default()
         .with_normalize(false)
@@ -351,9 +351,9 @@ fn dense(
     // The prompts as the model will apply them (its own, or the config's),
     // known before it loads: they are part of the vectors' cache key.
     let prompts = options
-        .prompts(&dir)
+        .prompts(dir)
         .with_context(|| format!("[embedder] prompts of {}", dir.display()))?;
-    let fingerprint = model_fingerprint(&dir)?;
+    let fingerprint = model_fingerprint(dir)?;
     let dim = embedder::ModelConfig::read(&dir.join("config.json"))?.hidden_size();
     let vector_settings = format!(
         "model={fingerprint} revision={:?} max_length={:?} pooling={:?} precision={:?} backend={:?}",
@@ -362,7 +362,7 @@ fn dense(
     // The model loads only if some vectors are not cached.
     let mut model: Option<Embedder> = None;
     let mut load = || -> Result<Embedder> {
-        let m = Embedder::from_dir(&dir, options.clone())
+        let m = Embedder::from_dir(dir, options.clone())
             .with_context(|| format!("loading the model {}", dir.display()))?;
         eprintln!(
             "embedder: {} ({}, max {} tokens, {:?} pooling) on {}",
