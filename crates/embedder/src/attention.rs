@@ -61,12 +61,38 @@ impl QkvLayout {
 ///
 /// `lengths` are the sequences laid end to end in `qkv` (rows of
 /// `layout.stride`) and in `out` (rows of `query·dim`, head after head).
+///
+/// `packed` holds the keys and values the fast path packs: reused from one
+/// call to the next, it saves fresh allocations.
 pub(crate) fn attention(
     heads: Heads,
     lengths: &[usize],
     qkv: &[f32],
     layout: QkvLayout,
     out: &mut [f32],
+    packed: &mut Packed,
+) {
+    run(
+        heads,
+        lengths,
+        qkv,
+        layout,
+        out,
+        packed,
+        fast::supported(heads.dim),
+    );
+}
+
+pub(crate) use fast::Packed;
+
+fn run(
+    heads: Heads,
+    lengths: &[usize],
+    qkv: &[f32],
+    layout: QkvLayout,
+    out: &mut [f32],
+    packed: &mut Packed,
+    fast: bool,
 ) {
     let width = heads.query * heads.dim;
     assert!(heads.kv > 0 && heads.query.is_multiple_of(heads.kv));
@@ -74,16 +100,24 @@ pub(crate) fn attention(
     assert!(qkv.len() >= total * layout.stride && out.len() >= total * width);
     // Tasks own disjoint row ranges of `out`: one block of queries of one
     // sequence, every head.
+    // The fast path reads keys and values packed once per sequence and
+    // key/value head (keys in blocks of 16, values contiguous), shared by
+    // every task of the sequence.
+    if fast {
+        packed.fill(heads, lengths, qkv, layout);
+    }
+    let packed = &*packed;
     let mut tasks = Vec::new();
     let mut rest = &mut out[..total * width];
     let mut start = 0;
-    for &len in lengths {
+    for (s, &len) in lengths.iter().enumerate() {
         let mut first = 0;
         while first < len {
             let rows = (len - first).min(QUERY_BLOCK);
             let (mine, tail) = rest.split_at_mut(rows * width);
             tasks.push(Task {
                 sequence: start,
+                index: s,
                 len,
                 first,
                 rows,
@@ -97,7 +131,11 @@ pub(crate) fn attention(
     tasks
         .into_par_iter()
         .for_each_init(Scratch::default, |scratch, task| {
-            task.run(heads, qkv, layout, scratch);
+            if fast {
+                task.run_fast(heads, qkv, layout, packed, scratch);
+            } else {
+                task.run_gemm(heads, qkv, layout, scratch);
+            }
         });
 }
 
@@ -112,6 +150,8 @@ struct Scratch {
 struct Task<'a> {
     /// Row of the sequence's first token.
     sequence: usize,
+    /// The sequence's index in the batch.
+    index: usize,
     len: usize,
     /// Position of the block's first query in its sequence.
     first: usize,
@@ -120,7 +160,8 @@ struct Task<'a> {
 }
 
 impl Task<'_> {
-    fn run(self, heads: Heads, qkv: &[f32], layout: QkvLayout, scratch: &mut Scratch) {
+    /// Through `gemm` products of each query block against key blocks.
+    fn run_gemm(self, heads: Heads, qkv: &[f32], layout: QkvLayout, scratch: &mut Scratch) {
         let d = heads.dim;
         let width = heads.query * d;
         let group = heads.query / heads.kv;
@@ -194,6 +235,422 @@ impl Task<'_> {
     }
 }
 
+impl Task<'_> {
+    /// The AVX-512 path, flash-attention order: for each key/value head,
+    /// each block of [`fast::KEYS`] keys (packed once per sequence, read
+    /// from L2) is applied to every query of the task — tiles of
+    /// [`fast::MR`] rows of each head of the group, register-blocked `Q·Kᵀ`
+    /// and `P·V` kernels around the online softmax, whose running maxima and
+    /// sums are kept per row and head.
+    fn run_fast(
+        self,
+        heads: Heads,
+        qkv: &[f32],
+        layout: QkvLayout,
+        packed: &fast::Packed,
+        scratch: &mut Scratch,
+    ) {
+        use fast::{KEYS, MR};
+        let d = heads.dim;
+        let width = heads.query * d;
+        let group = heads.query / heads.kv;
+        let scale = 1.0 / (d as f32).sqrt();
+        let stride = layout.stride;
+        let keys = if heads.causal {
+            self.first + self.rows
+        } else {
+            self.len
+        };
+        let seq = &qkv[self.sequence * stride..(self.sequence + self.len) * stride];
+        let states = self.rows * heads.query;
+        scratch.scores.resize(MR * KEYS, 0.0);
+        scratch.max.clear();
+        scratch.max.resize(states, f32::NEG_INFINITY);
+        scratch.sum.clear();
+        scratch.sum.resize(states, 0.0);
+        scratch.alpha.resize(MR, 0.0);
+        for kv_head in 0..heads.kv {
+            let (packed_keys, values) = packed.get(self.index, kv_head);
+            let mut k0 = 0;
+            while k0 < keys {
+                let n = (keys - k0).min(KEYS);
+                for head in kv_head * group..(kv_head + 1) * group {
+                    let mut r = 0;
+                    while r < self.rows {
+                        let mr = (self.rows - r).min(MR);
+                        let tile = r;
+                        r += mr;
+                        // Causal: the tile's last query sees keys up to its position.
+                        let seen = if heads.causal {
+                            (self.first + tile + mr).saturating_sub(k0).min(n)
+                        } else {
+                            n
+                        };
+                        if seen == 0 {
+                            continue;
+                        }
+                        let q = &seq[(self.first + tile) * stride + layout.q + head * d..];
+                        fast::scores(&mut scratch.scores, q, stride, mr, packed_keys, k0, seen, d);
+                        for (i, row) in scratch.scores.chunks_exact_mut(KEYS).take(mr).enumerate() {
+                            let valid = if heads.causal {
+                                (self.first + tile + i + 1).saturating_sub(k0).min(seen)
+                            } else {
+                                seen
+                            };
+                            let state = (tile + i) * heads.query + head;
+                            scratch.alpha[i] = kernels::online_softmax(
+                                &mut row[..seen],
+                                valid,
+                                scale,
+                                &mut scratch.max[state],
+                                &mut scratch.sum[state],
+                            );
+                        }
+                        fast::accumulate(
+                            &mut self.out[tile * width + head * d..],
+                            width,
+                            mr,
+                            &scratch.scores,
+                            seen,
+                            &values[k0 * d..],
+                            d,
+                            d,
+                            &scratch.alpha,
+                            k0 == 0,
+                        );
+                    }
+                }
+                k0 += n;
+            }
+        }
+        for (row, out) in self.out.chunks_exact_mut(width).enumerate() {
+            for (head, out) in out.chunks_exact_mut(d).enumerate() {
+                let inv = 1.0 / scratch.sum[row * heads.query + head];
+                for o in out {
+                    *o *= inv;
+                }
+            }
+        }
+    }
+}
+
+/// The AVX-512 kernels of [`Task::run_fast`].
+mod fast {
+    /// Queries per tile.
+    pub(super) const MR: usize = 6;
+    /// Keys per softmax block (a multiple of 64).
+    pub(super) const KEYS: usize = 256;
+
+    /// Whether the kernels run here for heads of width `d` (a multiple of
+    /// 16 up to 256).
+    pub(super) fn supported(d: usize) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            d.is_multiple_of(16)
+                && d <= 256
+                && std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("fma")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = d;
+            false
+        }
+    }
+
+    /// Keys and values of every sequence and key/value head of a batch:
+    /// keys in blocks of 16, `[block][c][16]` (zeros past the last key),
+    /// values row after row, `[key][c]`.
+    #[derive(Default)]
+    pub(crate) struct Packed {
+        keys: Vec<f32>,
+        values: Vec<f32>,
+        /// Per (sequence, kv head): start of its keys and of its values.
+        offsets: Vec<(usize, usize)>,
+        kv: usize,
+    }
+
+    impl Packed {
+        /// Packs the keys and values of a batch (the buffers' capacity is
+        /// kept from one batch to the next).
+        pub(super) fn fill(
+            &mut self,
+            heads: super::Heads,
+            lengths: &[usize],
+            qkv: &[f32],
+            layout: super::QkvLayout,
+        ) {
+            use rayon::prelude::*;
+            let d = heads.dim;
+            let offsets = &mut self.offsets;
+            offsets.clear();
+            let (mut k_size, mut v_size) = (0, 0);
+            for &len in lengths {
+                for _ in 0..heads.kv {
+                    offsets.push((k_size, v_size));
+                    k_size += len.div_ceil(16) * 16 * d;
+                    v_size += len * d;
+                }
+            }
+            // Every value is written below: padding keys explicitly.
+            let keys = &mut self.keys;
+            keys.resize(k_size, 0.0);
+            let values = &mut self.values;
+            values.resize(v_size, 0.0);
+            // Split both buffers into the (sequence, head) parts, in order.
+            let mut parts = Vec::with_capacity(offsets.len());
+            let (mut k_rest, mut v_rest) = (&mut keys[..], &mut values[..]);
+            let mut start = 0;
+            for &len in lengths {
+                for h in 0..heads.kv {
+                    let (k, kt) = k_rest.split_at_mut(len.div_ceil(16) * 16 * d);
+                    let (v, vt) = v_rest.split_at_mut(len * d);
+                    parts.push((start, len, h, k, v));
+                    k_rest = kt;
+                    v_rest = vt;
+                }
+                start += len;
+            }
+            parts.into_par_iter().for_each(|(start, len, h, k, v)| {
+                let stride = layout.stride;
+                // The last block's padding lanes interleave with its keys: clear it whole.
+                k[(len / 16) * d * 16..].fill(0.0);
+                for j in 0..len {
+                    let row = &qkv[(start + j) * stride..(start + j + 1) * stride];
+                    let key = &row[layout.k + h * d..layout.k + (h + 1) * d];
+                    let block = &mut k[(j / 16) * d * 16..(j / 16 + 1) * d * 16];
+                    for (c, &x) in key.iter().enumerate() {
+                        block[c * 16 + j % 16] = x;
+                    }
+                    v[j * d..(j + 1) * d]
+                        .copy_from_slice(&row[layout.v + h * d..layout.v + (h + 1) * d]);
+                }
+            });
+            self.kv = heads.kv;
+        }
+
+        /// The packed keys and the values of sequence `s`, head `h`.
+        pub(super) fn get(&self, s: usize, h: usize) -> (&[f32], &[f32]) {
+            let i = s * self.kv + h;
+            let (k, v) = self.offsets[i];
+            let (k_end, v_end) = self
+                .offsets
+                .get(i + 1)
+                .copied()
+                .unwrap_or((self.keys.len(), self.values.len()));
+            (&self.keys[k..k_end], &self.values[v..v_end])
+        }
+    }
+
+    /// `scores[i][j] = q_i · k_{k0+j}` for `mr` queries (rows of `stride`)
+    /// and `n` keys; rows of `scores` are [`KEYS`] apart.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn scores(
+        scores: &mut [f32],
+        q: &[f32],
+        stride: usize,
+        mr: usize,
+        keys: &[f32],
+        k0: usize,
+        n: usize,
+        d: usize,
+    ) {
+        assert!((1..=MR).contains(&mr) && n <= KEYS && k0.is_multiple_of(16));
+        assert!(
+            q.len() > (mr - 1) * stride + d - 1,
+            "query rows out of bounds"
+        );
+        let blocks = n.div_ceil(16);
+        assert!(
+            keys.len() >= (k0 / 16 + blocks) * d * 16,
+            "keys out of bounds"
+        );
+        assert!(scores.len() >= MR * KEYS);
+        let mut b = 0;
+        while b < blocks {
+            let step = (blocks - b).min(4);
+            let packed = &keys[(k0 / 16 + b) * d * 16..];
+            // SAFETY: the asserts above bound every read (queries rows <
+            // mr, columns < d; key blocks < k0/16 + blocks) and write (rows
+            // < MR of `scores`, columns < b·16 + 64 ≤ KEYS).
+            unsafe {
+                match step {
+                    4 => {
+                        scores_kernel::<4>(scores[b * 16..].as_mut_ptr(), q, stride, mr, packed, d);
+                    }
+                    3 => {
+                        scores_kernel::<3>(scores[b * 16..].as_mut_ptr(), q, stride, mr, packed, d);
+                    }
+                    2 => {
+                        scores_kernel::<2>(scores[b * 16..].as_mut_ptr(), q, stride, mr, packed, d);
+                    }
+                    _ => {
+                        scores_kernel::<1>(scores[b * 16..].as_mut_ptr(), q, stride, mr, packed, d);
+                    }
+                }
+            }
+            b += step;
+        }
+    }
+
+    /// `B` blocks of 16 keys against `MR` queries (rows past `mr` repeat the
+    /// last one; their results are written but never read).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,fma")]
+    unsafe fn scores_kernel<const B: usize>(
+        out: *mut f32,
+        q: &[f32],
+        stride: usize,
+        mr: usize,
+        keys: &[f32],
+        d: usize,
+    ) {
+        use std::arch::x86_64::*;
+        let mut acc = [[_mm512_setzero_ps(); B]; MR];
+        let rows: [*const f32; MR] = std::array::from_fn(|i| q[i.min(mr - 1) * stride..].as_ptr());
+        let kp = keys.as_ptr();
+        for c in 0..d {
+            // SAFETY: c < d, so each block's vector at c lies inside the
+            // packed keys and each query value inside its row (the caller's
+            // bounds).
+            unsafe {
+                let kv: [__m512; B] =
+                    std::array::from_fn(|b| _mm512_loadu_ps(kp.add(b * d * 16 + c * 16)));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let x = _mm512_set1_ps(*rows[i].add(c));
+                    for b in 0..B {
+                        acc[b] = _mm512_fmadd_ps(x, kv[b], acc[b]);
+                    }
+                }
+            }
+        }
+        for (i, acc) in acc.iter().enumerate() {
+            for (b, v) in acc.iter().enumerate() {
+                // SAFETY: row i < MR and columns < B·16 of the caller's window.
+                unsafe { _mm512_storeu_ps(out.add(i * KEYS + b * 16), *v) };
+            }
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    unsafe fn scores_kernel<const B: usize>(
+        _: *mut f32,
+        _: &[f32],
+        _: usize,
+        _: usize,
+        _: &[f32],
+        _: usize,
+    ) {
+        unreachable!("the fast attention path is only enabled on x86_64 with AVX-512")
+    }
+
+    /// `out_i = out_i·α_i + Σ_j p_ij·v_j` (or without the first term when
+    /// `first`) for `mr` rows of `out` (`ldo` apart, `d` wide), the weights
+    /// `p` in rows of [`KEYS`] and `n` value rows (`stride` apart).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn accumulate(
+        out: &mut [f32],
+        ldo: usize,
+        mr: usize,
+        p: &[f32],
+        n: usize,
+        v: &[f32],
+        stride: usize,
+        d: usize,
+        alpha: &[f32],
+        first: bool,
+    ) {
+        assert!(
+            (1..=MR).contains(&mr)
+                && (1..=KEYS).contains(&n)
+                && p.len() >= MR * KEYS
+                && alpha.len() >= MR
+        );
+        assert!(out.len() >= (mr - 1) * ldo + d, "output rows out of bounds");
+        assert!(v.len() >= (n - 1) * stride + d, "value rows out of bounds");
+        let mut c = 0;
+        while c < d {
+            let w = (d - c).min(64) / 16;
+            // SAFETY: the asserts bound every access: output rows < mr,
+            // columns c..c + 16·w ≤ d; value rows < n, same columns.
+            unsafe {
+                let (o, vv) = (out[c..].as_mut_ptr(), v[c..].as_ptr());
+                match w {
+                    4 => pv_kernel::<4>(o, ldo, mr, p, n, vv, stride, alpha, first),
+                    3 => pv_kernel::<3>(o, ldo, mr, p, n, vv, stride, alpha, first),
+                    2 => pv_kernel::<2>(o, ldo, mr, p, n, vv, stride, alpha, first),
+                    _ => pv_kernel::<1>(o, ldo, mr, p, n, vv, stride, alpha, first),
+                }
+            }
+            c += 16 * w;
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,fma")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn pv_kernel<const W: usize>(
+        out: *mut f32,
+        ldo: usize,
+        mr: usize,
+        p: &[f32],
+        n: usize,
+        v: *const f32,
+        stride: usize,
+        alpha: &[f32],
+        first: bool,
+    ) {
+        use std::arch::x86_64::*;
+        let mut acc = [[_mm512_setzero_ps(); W]; MR];
+        if !first {
+            for (i, acc) in acc.iter_mut().enumerate().take(mr) {
+                let a = _mm512_set1_ps(alpha[i]);
+                for (w, x) in acc.iter_mut().enumerate() {
+                    // SAFETY: row i < mr, columns < 16·W of the window.
+                    *x = _mm512_mul_ps(a, unsafe { _mm512_loadu_ps(out.add(i * ldo + w * 16)) });
+                }
+            }
+        }
+        let pp = p.as_ptr();
+        for j in 0..n {
+            // SAFETY: value row j < n and weight column j < KEYS (the
+            // caller's bounds); rows past mr read row mr − 1's weights.
+            unsafe {
+                let vj: [__m512; W] =
+                    std::array::from_fn(|w| _mm512_loadu_ps(v.add(j * stride + w * 16)));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let x = _mm512_set1_ps(*pp.add(i.min(mr - 1) * KEYS + j));
+                    for w in 0..W {
+                        acc[w] = _mm512_fmadd_ps(x, vj[w], acc[w]);
+                    }
+                }
+            }
+        }
+        for (i, acc) in acc.iter().enumerate().take(mr) {
+            for (w, x) in acc.iter().enumerate() {
+                // SAFETY: row i < mr, columns < 16·W of the window.
+                unsafe { _mm512_storeu_ps(out.add(i * ldo + w * 16), *x) };
+            }
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn pv_kernel<const W: usize>(
+        _: *mut f32,
+        _: usize,
+        _: usize,
+        _: &[f32],
+        _: usize,
+        _: *const f32,
+        _: usize,
+        _: &[f32],
+        _: bool,
+    ) {
+        unreachable!("the fast attention path is only enabled on x86_64 with AVX-512")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,29 +696,53 @@ mod tests {
     }
 
     #[test]
-    fn tiles_equal_the_definition() {
-        // Lengths around the block sizes; grouped and plain heads; causal and not.
+    fn both_paths_equal_the_definition() {
+        // Lengths around the block sizes; grouped and plain heads; causal and
+        // not; head widths the fast path takes (multiples of 16) and not.
         let lengths = [1, 63, 64, 65, 700, 1100, 3];
-        for (query, kv, causal) in [(4, 2, true), (2, 2, false), (3, 1, true), (2, 1, false)] {
+        for (query, kv, causal, dim) in [
+            (4, 2, true, 8),
+            (2, 2, false, 16),
+            (3, 1, true, 32),
+            (2, 1, false, 48),
+            (2, 1, true, 128),
+        ] {
             let heads = Heads {
                 query,
                 kv,
-                dim: 8,
+                dim,
                 causal,
             };
             let layout = QkvLayout::fused(heads);
             let total: usize = lengths.iter().sum();
             let qkv: Vec<f32> = (0..total * layout.stride)
-                .map(|i| ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * 3.0)
+                .map(|i| {
+                    ((i * 7919 % 1013) as f32 / 1013.0 - 0.5) * 3.0 / (dim as f32).sqrt().sqrt()
+                })
                 .collect();
-            let mut out = vec![f32::NAN; total * query * 8];
-            attention(heads, &lengths, &qkv, layout, &mut out);
             let want = reference(heads, &lengths, &qkv, layout);
-            for (i, (got, want)) in out.iter().zip(&want).enumerate() {
-                assert!(
-                    (f64::from(*got) - want).abs() < 2e-5,
-                    "{query}/{kv} causal {causal}, element {i}: {got} vs {want}"
+            let paths: &[bool] = if fast::supported(dim) {
+                &[false, true]
+            } else {
+                &[false]
+            };
+            for &fast in paths {
+                let mut out = vec![f32::NAN; total * query * dim];
+                run(
+                    heads,
+                    &lengths,
+                    &qkv,
+                    layout,
+                    &mut out,
+                    &mut Packed::default(),
+                    fast,
                 );
+                for (i, (got, want)) in out.iter().zip(&want).enumerate() {
+                    assert!(
+                        (f64::from(*got) - want).abs() < 2e-5,
+                        "{query}/{kv} causal {causal} dim {dim} fast {fast}, element {i}: {got} vs {want}"
+                    );
+                }
             }
         }
     }

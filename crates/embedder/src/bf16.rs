@@ -49,28 +49,30 @@ pub(crate) struct PackedWeight {
 }
 
 impl PackedWeight {
-    /// Packs a row-major `inputs × outputs` matrix (the transposed weight).
-    pub(crate) fn pack(weight_t: &[f32], inputs: usize, outputs: usize) -> Self {
+    /// Packs a weight as stored (`outputs × inputs`, row-major).
+    pub(crate) fn pack(weight: &[f32], inputs: usize, outputs: usize) -> Self {
+        assert_eq!(
+            weight.len(),
+            inputs * outputs,
+            "weight is not outputs × inputs"
+        );
         let pairs = inputs.div_ceil(2);
         let panels = outputs.div_ceil(PANEL);
         let mut data = vec![0u16; panels * pairs * PANEL * 2];
-        for panel in 0..panels {
-            for p in 0..pairs {
-                let base = (panel * pairs + p) * PANEL * 2;
+        data.par_chunks_mut(pairs * PANEL * 2)
+            .enumerate()
+            .for_each(|(panel, block)| {
                 for j in 0..PANEL {
                     let col = panel * PANEL + j;
                     if col >= outputs {
                         break;
                     }
-                    for half in 0..2 {
-                        let k = 2 * p + half;
-                        if k < inputs {
-                            data[base + 2 * j + half] = to_bf16(weight_t[k * outputs + col]);
-                        }
+                    let row = &weight[col * inputs..(col + 1) * inputs];
+                    for (k, &v) in row.iter().enumerate() {
+                        block[(k / 2) * PANEL * 2 + 2 * j + k % 2] = to_bf16(v);
                     }
                 }
-            }
-        }
+            });
         Self {
             data,
             pairs,
@@ -231,7 +233,11 @@ mod tests {
             let w_t: Vec<f32> = (0..inputs * outputs)
                 .map(|i| ((i * 104_729) % 89) as f32 / 45.0 - 1.0)
                 .collect();
-            let packed = PackedWeight::pack(&w_t, inputs, outputs);
+            // The same matrix as stored (outputs × inputs).
+            let w: Vec<f32> = (0..outputs * inputs)
+                .map(|i| w_t[(i % inputs) * outputs + i / inputs])
+                .collect();
+            let packed = PackedWeight::pack(&w, inputs, outputs);
             let mut c = vec![0.5f32; rows * outputs];
             matmul_add(&mut c, &a, rows, &packed);
             for r in 0..rows {

@@ -471,3 +471,42 @@ mod tests {
         assert_eq!(zero, [0.0, 0.0]);
     }
 }
+
+/// Entry points for the benchmarks of `examples/` (not a stable API).
+#[doc(hidden)]
+pub mod bench {
+    /// A dense layer (`inputs → outputs`, no bias) with deterministic
+    /// weights, in f32 or bf16 as a model's layers are.
+    pub struct Dense(crate::linear::Linear);
+
+    impl std::fmt::Debug for Dense {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Dense")
+        }
+    }
+
+    impl Dense {
+        /// A layer with weights from a fixed sequence, in f32 (the `gemm`
+        /// crate) or bf16 (packed).
+        pub fn new(inputs: usize, outputs: usize, bf16: bool) -> Self {
+            let weight: Vec<f32> = (0..inputs * outputs)
+                .map(|i| ((i * 7919 % 1009) as f32 / 1009.0 - 0.5) * 0.1)
+                .collect();
+            let mut layer = crate::linear::Linear::new(weight, None, inputs, outputs);
+            if bf16 {
+                layer.pack_bf16();
+            }
+            Self(layer)
+        }
+
+        /// `out = x · Wᵀ` for `tokens` rows.
+        pub fn forward(&self, x: &[f32], tokens: usize, out: &mut [f32]) {
+            self.0.forward(x, tokens, out, None);
+        }
+    }
+
+    /// Whether this CPU runs the bf16 kernels.
+    pub fn bf16_supported() -> bool {
+        crate::bf16::supported()
+    }
+}

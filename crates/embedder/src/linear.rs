@@ -1,7 +1,8 @@
 //! The dense layer of the native engine: `out = residual + bias + x·Wᵀ` on
-//! every token of a batch at once, in f32 (through `gemm`) or bf16 (the
-//! AVX-512 BF16 micro-kernel), with the bias and the residual folded into the
-//! product's destination.
+//! every token of a batch at once, with the bias and the residual folded into
+//! the product's destination. The weight is kept as stored (`outputs ×
+//! inputs`): the `gemm` crate reads it transposed in place (f32), or
+//! [`Linear::prepare`] packs it for the AVX-512 BF16 kernel ([`crate::bf16`]).
 
 use rayon::prelude::*;
 
@@ -11,20 +12,28 @@ use crate::kernels::{self, View, matmul};
 /// Rows per parallel task of the row-wise kernels.
 pub(crate) const ROW_BLOCK: usize = 64;
 
-/// A dense layer; its weight stored transposed (`inputs × outputs`,
-/// row-major), or packed in bf16.
+/// A dense layer.
 pub(crate) struct Linear {
-    weight_t: Vec<f32>,
+    /// `outputs × inputs`, row-major, until packed.
+    weight: Vec<f32>,
     bias: Option<Vec<f32>>,
     inputs: usize,
     outputs: usize,
-    packed: Option<PackedWeight>,
+    packed: Packed,
+}
+
+/// The weight as the product reads it.
+enum Packed {
+    /// As stored, read transposed by the `gemm` crate (f32).
+    None,
+    /// Panels of bfloat16 pairs for the AVX-512 BF16 kernel.
+    Bf16(PackedWeight),
 }
 
 impl Linear {
     /// A layer from its weight as stored (`outputs × inputs`, row-major).
     pub(crate) fn new(
-        weight: &[f32],
+        weight: Vec<f32>,
         bias: Option<Vec<f32>>,
         inputs: usize,
         outputs: usize,
@@ -38,33 +47,24 @@ impl Linear {
             assert_eq!(b.len(), outputs, "bias is not outputs wide");
         }
         Self {
-            weight_t: transpose(weight, outputs, inputs),
+            weight,
             bias,
             inputs,
             outputs,
-            packed: None,
+            packed: Packed::None,
         }
     }
 
     /// Layers over the same inputs stacked into one (their outputs side by
     /// side, in order): one product instead of several.
-    pub(crate) fn stack(parts: &[Linear]) -> Self {
+    pub(crate) fn stack(parts: Vec<Linear>) -> Self {
         let inputs = parts[0].inputs;
         assert!(
             parts
                 .iter()
-                .all(|p| p.inputs == inputs && p.packed.is_none())
+                .all(|p| p.inputs == inputs && matches!(p.packed, Packed::None))
         );
         let outputs: usize = parts.iter().map(|p| p.outputs).sum();
-        let mut weight_t = vec![0.0; inputs * outputs];
-        for r in 0..inputs {
-            let mut col = 0;
-            for part in parts {
-                weight_t[r * outputs + col..r * outputs + col + part.outputs]
-                    .copy_from_slice(&part.weight_t[r * part.outputs..(r + 1) * part.outputs]);
-                col += part.outputs;
-            }
-        }
         let bias = if parts.iter().any(|p| p.bias.is_some()) {
             Some(
                 parts
@@ -75,13 +75,9 @@ impl Linear {
         } else {
             None
         };
-        Self {
-            weight_t,
-            bias,
-            inputs,
-            outputs,
-            packed: None,
-        }
+        // Stored row-major by output, so stacking is concatenation.
+        let weight = parts.into_iter().flat_map(|p| p.weight).collect();
+        Self::new(weight, bias, inputs, outputs)
     }
 
     /// `out = (residual or 0) + (bias or 0) + x·Wᵀ` for `tokens` rows.
@@ -119,7 +115,7 @@ impl Linear {
                     }
                 }),
             None if bias.is_empty() => {
-                if self.packed.is_some() {
+                if !matches!(self.packed, Packed::None) {
                     out.par_chunks_mut(block).for_each(|rows| rows.fill(0.0));
                 }
             }
@@ -132,37 +128,24 @@ impl Linear {
         let accumulate = residual.is_some() || !bias.is_empty();
         let x = &x[..tokens * self.inputs];
         match &self.packed {
-            Some(packed) => crate::bf16::matmul_add(out, x, tokens, packed),
-            None => matmul(
+            Packed::Bf16(packed) => crate::bf16::matmul_add(out, x, tokens, packed),
+            Packed::None => matmul(
                 out,
                 self.outputs,
                 View::rows(x, tokens, self.inputs, self.inputs),
-                View::rows(&self.weight_t, self.inputs, self.outputs, self.outputs),
+                View::transposed(&self.weight, self.inputs, self.outputs, self.inputs),
                 accumulate,
                 true,
             ),
         }
     }
 
-    /// Switches the layer to bf16 (the f32 weight is dropped).
+    /// Switches the layer to bf16 (the caller checks CPU support); the f32
+    /// weight is dropped.
     pub(crate) fn pack_bf16(&mut self) {
-        self.packed = Some(PackedWeight::pack(
-            &self.weight_t,
-            self.inputs,
-            self.outputs,
-        ));
-        self.weight_t = Vec::new();
+        self.packed = Packed::Bf16(PackedWeight::pack(&self.weight, self.inputs, self.outputs));
+        self.weight = Vec::new();
     }
-}
-
-fn transpose(m: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut t = vec![0.0; m.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            t[c * rows + r] = m[r * cols + c];
-        }
-    }
-    t
 }
 
 #[cfg(test)]
@@ -172,18 +155,24 @@ mod tests {
     #[test]
     fn bias_residual_and_stacking() {
         // W: 2 outputs × 3 inputs.
-        let w = [1.0, 2.0, 3.0, 0.0, -1.0, 1.0];
+        let w = vec![1.0, 2.0, 3.0, 0.0, -1.0, 1.0];
         let x = [1.0, 1.0, 1.0, 2.0, 0.0, -1.0];
-        let plain = Linear::new(&w, None, 3, 2);
-        let mut out = [f32::NAN; 4];
-        plain.forward(&x, 2, &mut out, None);
-        assert_eq!(out, [6.0, 0.0, -1.0, -1.0]);
-        let biased = Linear::new(&w, Some(vec![0.5, -0.5]), 3, 2);
-        biased.forward(&x, 2, &mut out, Some(&[1.0, 1.0, 1.0, 1.0]));
-        assert_eq!(out, [7.5, 0.5, 0.5, -0.5]);
-        plain.forward(&x, 2, &mut out, Some(&[1.0, 1.0, 1.0, 1.0]));
-        assert_eq!(out, [7.0, 1.0, 0.0, 0.0]);
-        let stacked = Linear::stack(&[plain, biased]);
+        {
+            let layer = |bias: Option<Vec<f32>>| Linear::new(w.clone(), bias, 3, 2);
+            let plain = layer(None);
+            let mut out = [f32::NAN; 4];
+            plain.forward(&x, 2, &mut out, None);
+            assert_eq!(out, [6.0, 0.0, -1.0, -1.0]);
+            let biased = layer(Some(vec![0.5, -0.5]));
+            biased.forward(&x, 2, &mut out, Some(&[1.0, 1.0, 1.0, 1.0]));
+            assert_eq!(out, [7.5, 0.5, 0.5, -0.5]);
+            plain.forward(&x, 2, &mut out, Some(&[1.0, 1.0, 1.0, 1.0]));
+            assert_eq!(out, [7.0, 1.0, 0.0, 0.0]);
+        }
+        let stacked = Linear::stack(vec![
+            Linear::new(w.clone(), None, 3, 2),
+            Linear::new(w.clone(), Some(vec![0.5, -0.5]), 3, 2),
+        ]);
         let mut out = [0.0; 8];
         stacked.forward(&x, 2, &mut out, None);
         assert_eq!(out, [6.0, 0.0, 6.5, -0.5, -1.0, -1.0, -0.5, -1.5]);

@@ -16,7 +16,7 @@ use candle_transformers::models::xlm_roberta::{Config as XlmrConfig, XLMRobertaM
 use rayon::prelude::*;
 use serde::Deserialize;
 
-use super::{Model, Pool, Tokens, pool_padded, pool_states};
+use super::{Model, Pool, Reused, Tokens, pool_padded, pool_states, sized};
 use crate::attention::{self, Heads, QkvLayout};
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
@@ -186,7 +186,7 @@ impl LayerNorm {
 fn linear(w: &Weights, name: &str, inputs: usize, outputs: usize) -> Result<Linear> {
     let weight = w.get(&format!("{name}.weight"), &[outputs, inputs])?;
     let bias = w.get(&format!("{name}.bias"), &[outputs])?;
-    Ok(Linear::new(&weight, Some(bias), inputs, outputs))
+    Ok(Linear::new(weight, Some(bias), inputs, outputs))
 }
 
 struct Layer {
@@ -207,11 +207,12 @@ pub(crate) struct NativeBert {
     token_type: Vec<f32>,
     embedding_norm: LayerNorm,
     layers: Vec<Layer>,
+    buffers: Reused<Buffers>,
 }
 
 impl NativeBert {
     /// Loads the weights of `config`; with `bf16`, the linear layers run in
-    /// bfloat16 (the caller checks CPU support).
+    /// bfloat16 (the caller checks CPU support), else in f32.
     pub(crate) fn load(files: &ModelFiles, config: &BertConfig, bf16: bool) -> Result<Self> {
         let w = Weights::open(&files.weights, &PREFIXES, PROBE)?;
         let h = config.hidden_size;
@@ -223,7 +224,7 @@ impl NativeBert {
             let k = linear(&w, &format!("{p}.attention.self.key"), h, h)?;
             let v = linear(&w, &format!("{p}.attention.self.value"), h, h)?;
             let mut layer = Layer {
-                qkv: Linear::stack(&[q, k, v]),
+                qkv: Linear::stack(vec![q, k, v]),
                 attention_out: linear(&w, &format!("{p}.attention.output.dense"), h, h)?,
                 attention_norm: LayerNorm::read(&w, &format!("{p}.attention.output.LayerNorm"), h)?,
                 intermediate: linear(&w, &format!("{p}.intermediate.dense"), h, i)?,
@@ -255,12 +256,14 @@ impl NativeBert {
             embedding_norm: LayerNorm::read(&w, "embeddings.LayerNorm", h)?,
             layers,
             config: config.clone(),
+            buffers: Reused::default(),
         })
     }
 
-    /// Token states of a batch of sequences laid end to end: returns the
-    /// `Σ len × hidden` matrix, row `offsets[s] + t` for token t of sequence s.
-    fn states(&self, inputs: &[&Tokens]) -> Vec<f32> {
+    /// Token states of a batch of sequences laid end to end, in
+    /// `b.hidden`: the `Σ len × hidden` matrix, row `offsets[s] + t` for token
+    /// t of sequence s.
+    fn states(&self, inputs: &[&Tokens], b: &mut Buffers) {
         let h = self.config.hidden_size;
         let inter = self.config.intermediate_size;
         let eps = self.config.layer_norm_eps as f32;
@@ -268,7 +271,7 @@ impl NativeBert {
         // RoBERTa-style models number positions from padding_idx + 1.
         let first_position = self.config.position_offset();
 
-        let mut hidden = vec![0.0f32; tokens * h];
+        let hidden = sized(&mut b.hidden, tokens * h);
         let mut row = 0;
         for input in inputs {
             for (pos, &id) in input.ids.iter().enumerate() {
@@ -288,47 +291,66 @@ impl NativeBert {
             }
         }
         let lengths: Vec<usize> = inputs.iter().map(|t| t.ids.len()).collect();
-        self.embedding_norm.apply(&mut hidden, h, eps);
+        self.embedding_norm.apply(hidden, h, eps);
 
         let heads = self.config.heads();
         let layout = QkvLayout::fused(heads);
         let tanh_form = self.config.tanh_gelu();
-        let mut qkv = vec![0.0f32; tokens * 3 * h];
-        let mut context = vec![0.0f32; tokens * h];
-        let mut attended = vec![0.0f32; tokens * h];
-        let mut intermediate = vec![0.0f32; tokens * inter];
+        sized(&mut b.qkv, tokens * 3 * h);
+        sized(&mut b.context, tokens * h);
+        sized(&mut b.attended, tokens * h);
+        sized(&mut b.intermediate, tokens * inter);
         for layer in &self.layers {
-            layer.qkv.forward(&hidden, tokens, &mut qkv, None);
-            attention::attention(heads, &lengths, &qkv, layout, &mut context);
+            layer.qkv.forward(&b.hidden, tokens, &mut b.qkv, None);
+            attention::attention(
+                heads,
+                &lengths,
+                &b.qkv,
+                layout,
+                &mut b.context,
+                &mut b.attention,
+            );
             layer
                 .attention_out
-                .forward(&context, tokens, &mut attended, Some(&hidden));
-            layer.attention_norm.apply(&mut attended, h, eps);
+                .forward(&b.context, tokens, &mut b.attended, Some(&b.hidden));
+            layer.attention_norm.apply(&mut b.attended, h, eps);
             layer
                 .intermediate
-                .forward(&attended, tokens, &mut intermediate, None);
-            intermediate
+                .forward(&b.attended, tokens, &mut b.intermediate, None);
+            b.intermediate
                 .par_chunks_mut(inter * ROW_BLOCK)
                 .for_each(|chunk| kernels::gelu(chunk, tanh_form));
             layer
                 .output
-                .forward(&intermediate, tokens, &mut hidden, Some(&attended));
-            layer.output_norm.apply(&mut hidden, h, eps);
+                .forward(&b.intermediate, tokens, &mut b.hidden, Some(&b.attended));
+            layer.output_norm.apply(&mut b.hidden, h, eps);
         }
-        hidden
     }
+}
+
+/// The activations of a forward pass, kept from one batch to the next.
+#[derive(Default)]
+struct Buffers {
+    hidden: Vec<f32>,
+    qkv: Vec<f32>,
+    context: Vec<f32>,
+    attended: Vec<f32>,
+    intermediate: Vec<f32>,
+    attention: attention::Packed,
 }
 
 impl Model for NativeBert {
     fn forward(&self, batch: &[&Tokens], pool: Pool) -> Result<Vec<f32>> {
-        let states = self.states(batch);
-        let lengths: Vec<usize> = batch.iter().map(|t| t.ids.len()).collect();
-        Ok(pool_states(
-            &states,
-            &lengths,
-            self.config.hidden_size,
-            pool,
-        ))
+        self.buffers.with(|b| {
+            self.states(batch, b);
+            let lengths: Vec<usize> = batch.iter().map(|t| t.ids.len()).collect();
+            Ok(pool_states(
+                &b.hidden,
+                &lengths,
+                self.config.hidden_size,
+                pool,
+            ))
+        })
     }
 }
 

@@ -197,6 +197,31 @@ pub(crate) fn load(
     }
 }
 
+/// State a model reuses from one call to the next (buffers whose fresh
+/// allocation would fault in every page on every batch). Calls on one model
+/// take turns.
+#[derive(Default)]
+pub(crate) struct Reused<T>(std::sync::Mutex<T>);
+
+impl<T> Reused<T> {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        // A panic inside `f` leaves nothing that the next call relies on:
+        // every buffer is resized and overwritten before it is read.
+        let mut guard = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut guard)
+    }
+}
+
+/// `buffer` resized to `n` values, for a pass that writes each before
+/// reading it (its old values are not cleared).
+pub(crate) fn sized(buffer: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    buffer.resize(n, 0.0);
+    &mut buffer[..n]
+}
+
 /// Pools token states laid end to end (row `Σ lengths[..s] + t` is token t of
 /// sequence s) into one vector per sequence.
 pub(crate) fn pool_states(states: &[f32], lengths: &[usize], dim: usize, pool: Pool) -> Vec<f32> {

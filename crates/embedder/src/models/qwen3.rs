@@ -20,7 +20,7 @@ use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Linear as CandleLinear, VarBuilder};
 use rayon::prelude::*;
 
-use super::{Model, Pool, Tokens, pool_padded, pool_states};
+use super::{Model, Pool, Reused, Tokens, pool_padded, pool_states, sized};
 use crate::attention::{self, Heads, QkvLayout};
 use crate::config::Pooling;
 use crate::error::{Error, Result};
@@ -290,6 +290,20 @@ pub(crate) struct NativeQwen3 {
     embed: Vec<f32>,
     layers: Vec<Layer>,
     norm: Vec<f32>,
+    buffers: Reused<Buffers>,
+}
+
+/// The activations of a forward pass, kept from one batch to the next.
+#[derive(Default)]
+struct Buffers {
+    x: Vec<f32>,
+    y: Vec<f32>,
+    normed: Vec<f32>,
+    qkv: Vec<f32>,
+    context: Vec<f32>,
+    gate_up: Vec<f32>,
+    act: Vec<f32>,
+    attention: attention::Packed,
 }
 
 fn projection(
@@ -305,7 +319,7 @@ fn projection(
     } else {
         None
     };
-    Ok(Linear::new(&weight, bias, inputs, outputs))
+    Ok(Linear::new(weight, bias, inputs, outputs))
 }
 
 impl NativeQwen3 {
@@ -324,7 +338,7 @@ impl NativeQwen3 {
             let m = format!("{p}.mlp");
             let mut layer = Layer {
                 input_norm: w.get(&format!("{p}.input_layernorm.weight"), &[h])?,
-                qkv: Linear::stack(&[
+                qkv: Linear::stack(vec![
                     projection(&w, &format!("{a}.q_proj"), h, q_width, bias)?,
                     projection(&w, &format!("{a}.k_proj"), h, kv_width, bias)?,
                     projection(&w, &format!("{a}.v_proj"), h, kv_width, bias)?,
@@ -333,7 +347,7 @@ impl NativeQwen3 {
                 k_norm: w.get(&format!("{a}.k_norm.weight"), &[d])?,
                 output: projection(&w, &format!("{a}.o_proj"), q_width, h, bias)?,
                 post_norm: w.get(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
-                gate_up: Linear::stack(&[
+                gate_up: Linear::stack(vec![
                     projection(&w, &format!("{m}.gate_proj"), h, i, false)?,
                     projection(&w, &format!("{m}.up_proj"), h, i, false)?,
                 ]),
@@ -356,6 +370,7 @@ impl NativeQwen3 {
             norm: w.get("norm.weight", &[h])?,
             layers,
             config: config.clone(),
+            buffers: Reused::default(),
         })
     }
 
@@ -367,6 +382,13 @@ impl NativeQwen3 {
 
 impl Model for NativeQwen3 {
     fn forward(&self, batch: &[&Tokens], pool: Pool) -> Result<Vec<f32>> {
+        self.buffers
+            .with(|buffers| Ok(self.run(batch, pool, buffers)))
+    }
+}
+
+impl NativeQwen3 {
+    fn run(&self, batch: &[&Tokens], pool: Pool, b: &mut Buffers) -> Vec<f32> {
         let c = &self.config;
         let h = c.hidden_size;
         let d = c.head_dim;
@@ -379,8 +401,31 @@ impl Model for NativeQwen3 {
         let longest = lengths.iter().copied().max().unwrap_or(0);
         let (cos, sin) = rope_tables(c, longest);
         let positions: Vec<usize> = lengths.iter().flat_map(|&n| 0..n).collect();
+        // Where pooling picks one row per sequence, the last layer's output
+        // projection and feed-forward run on those rows only.
+        let picked: Option<Vec<usize>> = match pool.pooling {
+            Pooling::Mean => None,
+            Pooling::Cls | Pooling::LastToken => {
+                let mut start = 0;
+                Some(
+                    lengths
+                        .iter()
+                        .map(|&n| {
+                            let row = start
+                                + if pool.pooling == Pooling::Cls {
+                                    pool.skip.min(n.saturating_sub(1))
+                                } else {
+                                    n.saturating_sub(1)
+                                };
+                            start += n;
+                            row
+                        })
+                        .collect(),
+                )
+            }
+        };
 
-        let mut x = vec![0.0f32; tokens * h];
+        let x = sized(&mut b.x, tokens * h);
         for (row, &id) in x
             .chunks_exact_mut(h)
             .zip(batch.iter().flat_map(|t| t.ids.iter()))
@@ -388,20 +433,22 @@ impl Model for NativeQwen3 {
             let id = id as usize;
             row.copy_from_slice(&self.embed[id * h..(id + 1) * h]);
         }
-        let mut y = vec![0.0f32; tokens * h];
-        let mut normed = vec![0.0f32; tokens * h];
-        let mut qkv = vec![0.0f32; tokens * layout.stride];
-        let mut context = vec![0.0f32; tokens * heads.query * d];
+        sized(&mut b.y, tokens * h);
+        sized(&mut b.normed, tokens * h);
+        sized(&mut b.qkv, tokens * layout.stride);
+        sized(&mut b.context, tokens * heads.query * d);
         let ff_rows = tokens.min(FEED_FORWARD_ROWS);
-        let mut gate_up = vec![0.0f32; ff_rows * 2 * inter];
-        let mut act = vec![0.0f32; ff_rows * inter];
-        for layer in &self.layers {
-            normed.copy_from_slice(&x);
-            Self::rms_norm_rows(&mut normed, h, &layer.input_norm, eps);
-            layer.qkv.forward(&normed, tokens, &mut qkv, None);
+        sized(&mut b.gate_up, ff_rows * 2 * inter);
+        sized(&mut b.act, ff_rows * inter);
+        let last = self.layers.len().saturating_sub(1);
+        for (l, layer) in self.layers.iter().enumerate() {
+            b.normed.copy_from_slice(&b.x);
+            Self::rms_norm_rows(&mut b.normed, h, &layer.input_norm, eps);
+            layer.qkv.forward(&b.normed, tokens, &mut b.qkv, None);
             // Per-head RMSNorm of queries and keys, then rotary positions.
             let half = d / 2;
-            qkv.par_chunks_mut(layout.stride)
+            b.qkv
+                .par_chunks_mut(layout.stride)
                 .zip(positions.par_iter())
                 .for_each(|(row, &p)| {
                     let (cos, sin) = (
@@ -418,45 +465,71 @@ impl Model for NativeQwen3 {
                         rotate(head, cos, sin);
                     }
                 });
-            attention::attention(heads, &lengths, &qkv, layout, &mut context);
-            layer.output.forward(&context, tokens, &mut y, Some(&x));
-            std::mem::swap(&mut x, &mut y);
-            normed.copy_from_slice(&x);
-            Self::rms_norm_rows(&mut normed, h, &layer.post_norm, eps);
+            attention::attention(
+                heads,
+                &lengths,
+                &b.qkv,
+                layout,
+                &mut b.context,
+                &mut b.attention,
+            );
+            let rows = match (&picked, l == last) {
+                (Some(picked), true) => {
+                    // Gather the picked rows to the front of each buffer.
+                    let width = heads.query * d;
+                    for (i, &row) in picked.iter().enumerate() {
+                        b.context
+                            .copy_within(row * width..(row + 1) * width, i * width);
+                        b.x.copy_within(row * h..(row + 1) * h, i * h);
+                    }
+                    picked.len()
+                }
+                _ => tokens,
+            };
+            layer.output.forward(&b.context, rows, &mut b.y, Some(&b.x));
+            std::mem::swap(&mut b.x, &mut b.y);
+            b.normed[..rows * h].copy_from_slice(&b.x[..rows * h]);
+            Self::rms_norm_rows(&mut b.normed[..rows * h], h, &layer.post_norm, eps);
             let mut r0 = 0;
-            while r0 < tokens {
-                let rows = (tokens - r0).min(FEED_FORWARD_ROWS);
-                let span = r0 * h..(r0 + rows) * h;
+            while r0 < rows {
+                let n = (rows - r0).min(FEED_FORWARD_ROWS);
+                let span = r0 * h..(r0 + n) * h;
                 layer
                     .gate_up
-                    .forward(&normed[span.clone()], rows, &mut gate_up, None);
-                act[..rows * inter]
+                    .forward(&b.normed[span.clone()], n, &mut b.gate_up, None);
+                b.act[..n * inter]
                     .par_chunks_mut(inter * ROW_BLOCK)
-                    .zip(gate_up[..rows * 2 * inter].par_chunks(2 * inter * ROW_BLOCK))
+                    .zip(b.gate_up[..n * 2 * inter].par_chunks(2 * inter * ROW_BLOCK))
                     .for_each(|(a, g)| kernels::silu_mul(g, a, inter));
                 layer.down.forward(
-                    &act[..rows * inter],
-                    rows,
-                    &mut y[span.clone()],
-                    Some(&x[span]),
+                    &b.act[..n * inter],
+                    n,
+                    &mut b.y[span.clone()],
+                    Some(&b.x[span]),
                 );
-                r0 += rows;
+                r0 += n;
             }
-            std::mem::swap(&mut x, &mut y);
+            std::mem::swap(&mut b.x, &mut b.y);
+            if rows < tokens {
+                // The picked rows, one per sequence, in order.
+                let mut out = b.x[..rows * h].to_vec();
+                Self::rms_norm_rows(&mut out, h, &self.norm, eps);
+                return out;
+            }
         }
-        Ok(match pool.pooling {
+        match pool.pooling {
             // The final norm is per token: applied to the pooled rows only
             // where pooling picks rows.
             Pooling::Mean => {
-                Self::rms_norm_rows(&mut x, h, &self.norm, eps);
-                pool_states(&x, &lengths, h, pool)
+                Self::rms_norm_rows(&mut b.x, h, &self.norm, eps);
+                pool_states(&b.x, &lengths, h, pool)
             }
             Pooling::Cls | Pooling::LastToken => {
-                let mut picked = pool_states(&x, &lengths, h, pool);
+                let mut picked = pool_states(&b.x, &lengths, h, pool);
                 Self::rms_norm_rows(&mut picked, h, &self.norm, eps);
                 picked
             }
-        })
+        }
     }
 }
 

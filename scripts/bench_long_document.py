@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Peak memory and time of one long document at 2k, 8k and 16k tokens, against the reference.
+
+The document is the one of the Qwen3 tests (the shared sample's skill texts in file order,
+joined by blank lines until 90,000+ characters). Each length is embedded by its own
+`pipeline embed` process (`--max-length N`), and a run on a one-word text gives the process's
+baseline (model and tokenizer loaded); the table shows each run's peak resident set size
+(ru_maxrss of that process), what it adds to the baseline, that growth divided by the length
+(flat when memory grows linearly: attention is tiled, no length × length matrix exists), the
+embedding time, and, for the TEST model, the cosine to the sentence-transformers vector of
+crates/embedder/tests/data/qwen3_reference.json.
+
+    cargo build --release -p pipeline && python3 scripts/make_qwen3_models.py
+    python3 scripts/bench_long_document.py [--model models/test-qwen3-embedding] [--lengths 2000,8000,16000]
+    python3 scripts/bench_long_document.py --model .cache/bench/qwen3-0.6b-random   # the 0.6B shape (bench_qwen3.py builds it)
+"""
+
+import argparse
+import base64
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def skill_text(skill):
+    body = skill.get("skill_md") or ""
+    if not body.strip():
+        body = skill.get("description", "")
+    return f"{(skill.get('name') or '').strip()} | {(skill.get('description') or '').strip()} | {(body or '').strip()}"
+
+
+def long_document(sample):
+    parts, size = [], 0
+    for line in open(Path(sample) / "skills/test.jsonl"):
+        if not line.strip():
+            continue
+        parts.append(skill_text(json.loads(line)))
+        size += len(parts[-1])
+        if size > 90000:
+            break
+    return "\n\n".join(parts)
+
+
+def run(binary, model, text, length, tmp, threads):
+    """One `pipeline embed` process: (tokens, seconds, peak RSS in KiB, vector)."""
+    inp, out, log = Path(tmp) / "in.jsonl", Path(tmp) / "out.jsonl", Path(tmp) / "err.log"
+    inp.write_text(json.dumps(text) + "\n")
+    cmd = [str(binary), "embed", "--model", str(model), "--input", str(inp), "--output", str(out)]
+    if length:
+        cmd += ["--max-length", str(length)]
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+    with open(log, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        # wait4 gives this child's own peak resident set size (KiB on Linux).
+        _, status, usage = os.wait4(proc.pid, 0)
+    text = log.read_text()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"pipeline embed failed: {text}")
+    m = re.search(r"embedded \d+ texts \((\d+) tokens\) in ([0-9.]+) s", text)
+    vector = json.loads(out.read_text().splitlines()[0])
+    return int(m.group(1)), float(m.group(2)), usage.ru_maxrss, vector
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=str(ROOT / "models/test-qwen3-embedding"))
+    ap.add_argument("--lengths", default="2000,8000,16000")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--sample", default=str(ROOT.parent / "shared/skillret-sample"))
+    args = ap.parse_args()
+    binary = ROOT / "target/release/pipeline"
+    if not binary.exists():
+        sys.exit(f"{binary} not found: run cargo build --release -p pipeline")
+    text = long_document(args.sample)
+    reference = {}
+    if Path(args.model).resolve() == (ROOT / "models/test-qwen3-embedding").resolve():
+        fixture = json.loads((ROOT / "crates/embedder/tests/data/qwen3_reference.json").read_text())
+        for entry in fixture["long_document"]["lengths"]:
+            raw = base64.b64decode(entry["vector"]["f32le_base64"])
+            reference[entry["max_length"]] = struct.unpack(f"<{len(raw) // 4}f", raw)
+    with tempfile.TemporaryDirectory() as tmp:
+        _, _, base_rss, _ = run(binary, args.model, "hello", None, tmp, args.threads)
+        print(f"{args.model}, {args.threads} threads; baseline (model loaded, one word): {base_rss / 1024:.0f} MiB")
+        print(f"{'tokens':>7} {'peak RSS':>10} {'growth':>9} {'growth/token':>13} {'seconds':>8} {'cosine to ST':>13}")
+        for length in [int(x) for x in args.lengths.split(",")]:
+            tokens, seconds, rss, vector = run(binary, args.model, text, length, tmp, args.threads)
+            growth = (rss - base_rss) / 1024
+            cos = ""
+            if length in reference:
+                ref = reference[length]
+                dot = sum(a * b for a, b in zip(vector, ref))
+                na = sum(a * a for a in vector) ** 0.5
+                nb = sum(b * b for b in ref) ** 0.5
+                cos = f"{dot / (na * nb):.9f}"
+            print(f"{tokens:>7} {rss / 1024:>8.0f} MiB {growth:>5.0f} MiB {growth * 1024 / tokens:>9.1f} KiB {seconds:>8.2f} {cos:>13}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Benchmark the Qwen3 embedder against PyTorch (sentence-transformers), side by side, in one run.
+
+A Qwen3-0.6B-shape model (Qwen3-Embedding-0.6B's published config: hidden 1024, 28 layers,
+16 query / 8 key-value heads of 128, feed-forward 3072, vocabulary 151,669, tied embeddings;
+RANDOM weights, seeded: speed does not depend on the values) is built once with transformers
+into .cache/bench/qwen3-0.6b-random (bf16 safetensors, the real Qwen3 tokenizer with
+Qwen3-Embedding's EOS template and sentence-transformers files: last-token pooling, normalised).
+
+For each length (default 512 and 4,096 tokens) the same sample skills (official text recipe),
+each at least that long so every input is exactly that many tokens (no padding on either side),
+are embedded by:
+  - PyTorch f32 and PyTorch bf16: sentence-transformers 6.2 `encode_document` (batch of
+    --batch-tokens tokens), model loading not timed;
+  - ours f32 and ours bf16: `pipeline embed` (its own "embedded ... in X s" line: tokenisation
+    and inference, model loading not timed).
+Runs alternate, --repeat times; the best of each is reported as tokens/s, with the ratio to
+PyTorch f32 and the worst cosine to PyTorch f32's vectors. 2 threads on both sides.
+
+    cargo build --release -p pipeline && scripts/fetch-models.sh qwen3-tokenizer
+    python3 scripts/make_qwen3_models.py      # the tokenizer template and module files
+    pip install sentence-transformers==6.2.0 transformers==5.24.0 torch==2.15.0
+    python3 scripts/bench_qwen3.py [--lengths 512,4096] [--tokens 16384] [--repeat 2]
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+SHAPE = dict(
+    vocab_size=151669,
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    max_position_embeddings=32768,
+    rms_norm_eps=1e-6,
+    rope_theta=1000000.0,
+    tie_word_embeddings=True,
+)
+
+
+def skill_text(skill):
+    body = skill.get("skill_md") or ""
+    if not body.strip():
+        body = skill.get("description", "")
+    return f"{(skill.get('name') or '').strip()} | {(skill.get('description') or '').strip()} | {(body or '').strip()}"
+
+
+def build_model(path):
+    """The random 0.6B-shape checkpoint, with the TEST embedder's tokenizer and module files."""
+    import torch
+    from transformers import Qwen3Config, Qwen3Model
+
+    if (path / "model.safetensors").exists():
+        return
+    template = ROOT / "models/test-qwen3-embedding"
+    if not (template / "tokenizer.json").exists():
+        sys.exit(f"{template}: missing; run python3 scripts/make_qwen3_models.py")
+    torch.manual_seed(0)
+    config = Qwen3Config(**SHAPE)
+    model = Qwen3Model(config).to(torch.bfloat16)
+    tmp = path.with_suffix(".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    for name in ["tokenizer.json", "tokenizer_config.json", "modules.json", "sentence_bert_config.json",
+                 "config_sentence_transformers.json", "2_Normalize/config.json"]:
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(template / name, tmp / name)
+    pooling = json.loads((template / "1_Pooling/config.json").read_text())
+    pooling["embedding_dimension"] = SHAPE["hidden_size"]
+    (tmp / "1_Pooling").mkdir(exist_ok=True)
+    (tmp / "1_Pooling/config.json").write_text(json.dumps(pooling, indent=4))
+    tmp.rename(path)
+    print(f"built {path}", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", default="512,4096")
+    ap.add_argument("--tokens", type=int, default=16384, help="tokens per length and side")
+    ap.add_argument("--batch-tokens", type=int, default=8192)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--sides", default="torch-f32,torch-bf16,ours-f32,ours-bf16")
+    ap.add_argument("--sample", default=str(ROOT.parent / "shared/skillret-sample"))
+    ap.add_argument("--model-dir", default=str(ROOT / ".cache/bench/qwen3-0.6b-random"))
+    args = ap.parse_args()
+
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    os.environ["RAYON_NUM_THREADS"] = str(args.threads)
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(args.threads)
+    binary = ROOT / "target/release/pipeline"
+    if not binary.exists():
+        sys.exit(f"{binary} not found: run cargo build --release -p pipeline")
+    model_dir = Path(args.model_dir)
+    model_dir.parent.mkdir(parents=True, exist_ok=True)
+    build_model(model_dir)
+    sides = args.sides.split(",")
+    models = {}
+    if "torch-f32" in sides or True:  # the reference vectors come from it
+        models["torch-f32"] = SentenceTransformer(str(model_dir), device="cpu", model_kwargs={"dtype": torch.float32})
+    if "torch-bf16" in sides:
+        models["torch-bf16"] = SentenceTransformer(str(model_dir), device="cpu", model_kwargs={"dtype": torch.bfloat16})
+    tokenizer = models["torch-f32"].tokenizer
+    skills = [json.loads(l) for l in open(Path(args.sample) / "skills/test.jsonl") if l.strip()]
+    texts_all = [skill_text(s) for s in skills]
+    lengths_all = [len(ids) for ids in tokenizer(texts_all, add_special_tokens=True)["input_ids"]]
+    print(f"Qwen3-0.6B shape (random weights), {args.threads} threads; sentence-transformers "
+          f"{metadata.version('sentence-transformers')}, transformers {metadata.version('transformers')}, "
+          f"torch {torch.__version__}; best of {args.repeat}, runs alternating\n")
+    rows = []
+    for length in [int(x) for x in args.lengths.split(",")]:
+        count = max(1, args.tokens // length)
+        texts = [t for t, n in zip(texts_all, lengths_all) if n >= length][:count]
+        if len(texts) < count:
+            sys.exit(f"only {len(texts)} sample skills have {length} tokens")
+        tokens = len(texts) * length
+        batch = max(1, args.batch_tokens // length)
+        times = {side: [] for side in sides}
+        vectors = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            inp = Path(tmp) / "in.jsonl"
+            inp.write_text("".join(json.dumps(t) + "\n" for t in texts))
+            for _ in range(args.repeat):
+                for side in sides:
+                    if side.startswith("torch"):
+                        st = models[side]
+                        st.max_seq_length = length
+                        t0 = time.perf_counter()
+                        v = st.encode_document(texts, batch_size=batch, convert_to_numpy=True)
+                        times[side].append(time.perf_counter() - t0)
+                        vectors[side] = v.astype(np.float32)
+                    else:
+                        out = Path(tmp) / f"{side}.jsonl"
+                        precision = side.split("-")[1]
+                        cmd = [str(binary), "embed", "--model", str(model_dir), "--input", str(inp),
+                               "--output", str(out), "--max-length", str(length), "--precision", precision,
+                               "--batch-tokens", str(args.batch_tokens)]
+                        proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
+                        m = re.search(r"embedded \d+ texts \((\d+) tokens\) in ([0-9.]+) s", proc.stderr)
+                        if not m or int(m.group(1)) != tokens:
+                            sys.exit(f"unexpected pipeline output: {proc.stderr}")
+                        times[side].append(float(m.group(2)))
+                        vectors[side] = np.array([json.loads(l) for l in out.read_text().splitlines()], dtype=np.float32)
+        reference = vectors["torch-f32"] if "torch-f32" in vectors else None
+        base = min(times["torch-f32"]) if "torch-f32" in times else None
+        print(f"{length} tokens: {len(texts)} skills, {tokens} tokens, batches of {batch}")
+        print(f"  {'side':<11} {'tokens/s':>9} {'seconds':>8} {'× torch f32':>12} {'worst cosine':>13}")
+        for side in sides:
+            best = min(times[side])
+            cos = ""
+            if reference is not None and side in vectors:
+                v = vectors[side]
+                c = np.sum(v * reference, axis=1) / (np.linalg.norm(v, axis=1) * np.linalg.norm(reference, axis=1))
+                cos = f"{c.min():.6f}"
+            ratio = f"{base / best:.2f}x" if base else ""
+            print(f"  {side:<11} {tokens / best:9.1f} {best:8.2f} {ratio:>12} {cos:>13}")
+            rows.append((length, side, tokens / best))
+        print()
+
+
+if __name__ == "__main__":
+    main()
