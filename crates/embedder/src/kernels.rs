@@ -566,7 +566,7 @@ mod tests {
                     _mm512_storeu_ps(
                         got.as_mut_ptr(),
                         avx512::exp16(_mm512_loadu_ps(xs.as_ptr())),
-                    )
+                    );
                 };
                 for (x, g) in xs.iter().zip(got) {
                     let want = f64::from(*x).exp();
