@@ -3,11 +3,11 @@
 
 The document is the one of the Qwen3 tests (the shared sample's skill texts in file order,
 joined by blank lines until 90,000+ characters). Each length is embedded by its own
-`pipeline embed` process (`--max-length N`), and a run on a one-word text gives the process's
-baseline (model and tokenizer loaded); the table shows each run's peak resident set size
-(ru_maxrss of that process), what it adds to the baseline, that growth divided by the length
-(flat when memory grows linearly: attention is tiled, no length × length matrix exists), the
-embedding time, and, for the TEST model, the cosine to the sentence-transformers vector of
+`pipeline embed` process (`--max-length N`) whose resident set size is sampled every 10 ms
+from /proc: the table shows it once the model is loaded, its peak while embedding, the growth
+between the two, that growth divided by the length (flat when memory grows linearly:
+attention is tiled, no length × length matrix exists), the embedding time, and, for the TEST
+model, the cosine to the sentence-transformers vector of
 crates/embedder/tests/data/qwen3_reference.json.
 
     cargo build --release -p pipeline && python3 scripts/make_qwen3_models.py
@@ -24,6 +24,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,24 +49,47 @@ def long_document(sample):
     return "\n\n".join(parts)
 
 
+def rss_kib(pid):
+    """The process's resident set size now (KiB), or None once it is gone."""
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
 def run(binary, model, text, length, tmp, threads):
-    """One `pipeline embed` process: (tokens, seconds, peak RSS in KiB, vector)."""
+    """One `pipeline embed` process: (tokens, seconds, RSS when the model is
+    loaded, peak RSS while embedding, vector), RSS in KiB sampled every 10 ms
+    from /proc (the load's own transient peak, weights being widened while
+    the file is mapped, is not the embedding's)."""
     inp, out, log = Path(tmp) / "in.jsonl", Path(tmp) / "out.jsonl", Path(tmp) / "err.log"
     inp.write_text(json.dumps(text) + "\n")
     cmd = [str(binary), "embed", "--model", str(model), "--input", str(inp), "--output", str(out)]
     if length:
         cmd += ["--max-length", str(length)]
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+    loaded, peak = None, 0
     with open(log, "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
-        # wait4 gives this child's own peak resident set size (KiB on Linux).
-        _, status, usage = os.wait4(proc.pid, 0)
+        while proc.poll() is None:
+            rss = rss_kib(proc.pid)
+            if loaded is None:
+                # The command prints its model line once the model is loaded.
+                if " on cpu" in log.read_text() and rss is not None:
+                    loaded = rss
+            elif rss is not None:
+                peak = max(peak, rss)
+            time.sleep(0.01)
     text = log.read_text()
-    if os.waitstatus_to_exitcode(status) != 0:
+    if proc.returncode != 0:
         sys.exit(f"pipeline embed failed: {text}")
     m = re.search(r"embedded \d+ texts \((\d+) tokens\) in ([0-9.]+) s", text)
     vector = json.loads(out.read_text().splitlines()[0])
-    return int(m.group(1)), float(m.group(2)), usage.ru_maxrss, vector
+    loaded = loaded or 0
+    return int(m.group(1)), float(m.group(2)), loaded, max(peak, loaded), vector
 
 
 def main():
@@ -86,12 +110,11 @@ def main():
             raw = base64.b64decode(entry["vector"]["f32le_base64"])
             reference[entry["max_length"]] = struct.unpack(f"<{len(raw) // 4}f", raw)
     with tempfile.TemporaryDirectory() as tmp:
-        _, _, base_rss, _ = run(binary, args.model, "hello", None, tmp, args.threads)
-        print(f"{args.model}, {args.threads} threads; baseline (model loaded, one word): {base_rss / 1024:.0f} MiB")
-        print(f"{'tokens':>7} {'peak RSS':>10} {'growth':>9} {'growth/token':>13} {'seconds':>8} {'cosine to ST':>13}")
+        print(f"{args.model}, {args.threads} threads; RSS sampled every 10 ms")
+        print(f"{'tokens':>7} {'RSS loaded':>11} {'peak embedding':>15} {'growth':>9} {'growth/token':>13} {'seconds':>8} {'cosine to ST':>13}")
         for length in [int(x) for x in args.lengths.split(",")]:
-            tokens, seconds, rss, vector = run(binary, args.model, text, length, tmp, args.threads)
-            growth = (rss - base_rss) / 1024
+            tokens, seconds, loaded, peak, vector = run(binary, args.model, text, length, tmp, args.threads)
+            growth = (peak - loaded) / 1024
             cos = ""
             if length in reference:
                 ref = reference[length]
@@ -99,7 +122,11 @@ def main():
                 na = sum(a * a for a in vector) ** 0.5
                 nb = sum(b * b for b in ref) ** 0.5
                 cos = f"{dot / (na * nb):.9f}"
-            print(f"{tokens:>7} {rss / 1024:>8.0f} MiB {growth:>5.0f} MiB {growth * 1024 / tokens:>9.1f} KiB {seconds:>8.2f} {cos:>13}")
+            print(
+                f"{tokens:>7} {loaded / 1024:>7.0f} MiB {peak / 1024:>11.0f} MiB {growth:>5.0f} MiB "
+                f"{growth * 1024 / tokens:>9.1f} KiB {seconds:>8.2f} {cos:>13}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

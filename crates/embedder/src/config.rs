@@ -271,6 +271,17 @@ fn read_pooling(path: &Path) -> Result<(Pooling, bool)> {
     Ok((pooling, file.include_prompt))
 }
 
+/// The directories of the Pooling modules `modules.json` lists (where their
+/// `config.json` is).
+pub(crate) fn pooling_dirs(modules: &Path) -> Result<Vec<String>> {
+    let modules: Vec<Module> = read_json(modules)?;
+    Ok(modules
+        .into_iter()
+        .filter(|m| m.kind.rsplit('.').next() == Some("Pooling"))
+        .map(|m| m.path)
+        .collect())
+}
+
 /// `model_max_length` of `tokenizer_config.json`, when it is a real limit
 /// (transformers writes a huge sentinel when there is none).
 pub fn tokenizer_max_length(dir: &Path) -> Result<Option<usize>> {

@@ -73,33 +73,41 @@ impl ModelFiles {
     }
 }
 
-/// The shard files an index names, in order of first appearance.
+/// The shard files an index names, sorted.
 fn shards(index: &Path) -> Result<Vec<PathBuf>> {
-    #[derive(serde::Deserialize)]
-    struct Index {
-        weight_map: HashMap<String, String>,
-    }
-    let parsed: Index = crate::config::read_json(index)?;
-    let mut files: Vec<&String> = parsed.weight_map.values().collect();
-    files.sort();
-    files.dedup();
-    if files.is_empty() {
-        return Err(Error::format(index, "weight_map names no shard"));
-    }
     let dir = index.parent().unwrap_or(Path::new("."));
-    files
+    Ok(ModelFiles::shard_names(index)?
         .into_iter()
-        .map(|name| {
-            if name.contains(['/', '\\']) || name.starts_with('.') {
-                Err(Error::format(
-                    index,
-                    format!("weight_map: shard name {name:?} is not a file name"),
-                ))
-            } else {
-                Ok(dir.join(name))
-            }
-        })
-        .collect()
+        .map(|name| dir.join(name))
+        .collect())
+}
+
+impl ModelFiles {
+    /// The shard file names `model.safetensors.index.json` lists in its
+    /// `weight_map`, sorted, each checked to be a plain file name.
+    pub fn shard_names(index: &Path) -> Result<Vec<String>> {
+        #[derive(serde::Deserialize)]
+        struct Index {
+            weight_map: HashMap<String, String>,
+        }
+        let parsed: Index = crate::config::read_json(index)?;
+        let mut files: Vec<String> = parsed.weight_map.into_values().collect();
+        files.sort();
+        files.dedup();
+        if files.is_empty() {
+            return Err(Error::format(index, "weight_map names no shard"));
+        }
+        if let Some(bad) = files
+            .iter()
+            .find(|name| name.contains(['/', '\\']) || name.starts_with('.'))
+        {
+            return Err(Error::format(
+                index,
+                format!("weight_map: shard name {bad:?} is not a file name"),
+            ));
+        }
+        Ok(files)
+    }
 }
 
 /// A safetensors file, mapped, for tensors looked up by their full names.
@@ -361,4 +369,83 @@ fn widen(
             .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
             .collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_tensors(path: &Path, tensors: &[(&str, Vec<usize>, Vec<f32>)]) {
+        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+            .iter()
+            .map(|(n, s, v)| {
+                (
+                    (*n).to_owned(),
+                    s.clone(),
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                )
+            })
+            .collect();
+        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
+            .iter()
+            .map(|(n, s, b)| {
+                (
+                    n.clone(),
+                    safetensors::tensor::TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
+                )
+            })
+            .collect();
+        safetensors::serialize_to_file(views, None, path).unwrap();
+    }
+
+    #[test]
+    fn sharded_weights_read_as_one() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["config.json", "tokenizer.json"] {
+            std::fs::write(dir.path().join(name), "{}").unwrap();
+        }
+        write_tensors(
+            &dir.path().join("model-00001-of-00002.safetensors"),
+            &[(
+                "model.embed_tokens.weight",
+                vec![2, 2],
+                vec![1.0, 2.0, 3.0, 4.0],
+            )],
+        );
+        write_tensors(
+            &dir.path().join("model-00002-of-00002.safetensors"),
+            &[("model.norm.weight", vec![2], vec![5.0, 6.0])],
+        );
+        std::fs::write(
+            dir.path().join(INDEX),
+            r#"{"metadata": {}, "weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors", "model.norm.weight": "model-00002-of-00002.safetensors"}}"#,
+        )
+        .unwrap();
+        let files = ModelFiles::in_dir(dir.path()).unwrap();
+        assert_eq!(files.weights.len(), 2);
+        let w = Weights::open(&files.weights, &["", "model."], "embed_tokens.weight").unwrap();
+        assert_eq!(w.prefix(), "model.");
+        assert_eq!(w.get("norm.weight", &[2]).unwrap(), [5.0, 6.0]);
+        assert_eq!(
+            w.rows_full("model.embed_tokens.weight", &[1], 2).unwrap(),
+            [3.0, 4.0]
+        );
+        let err = w.get("norm.weight", &[3]).unwrap_err();
+        assert!(matches!(err, Error::Shape { .. }), "{err}");
+        // A shard the index names but the directory lacks.
+        std::fs::remove_file(dir.path().join("model-00002-of-00002.safetensors")).unwrap();
+        let err = ModelFiles::in_dir(dir.path()).unwrap_err();
+        assert!(
+            err.to_string().contains("model-00002-of-00002.safetensors"),
+            "{err}"
+        );
+        // A shard name that climbs out of the directory.
+        std::fs::write(
+            dir.path().join(INDEX),
+            r#"{"weight_map": {"a": "../elsewhere.safetensors"}}"#,
+        )
+        .unwrap();
+        let err = ModelFiles::in_dir(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("weight_map"), "{err}");
+    }
 }

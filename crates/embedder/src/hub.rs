@@ -6,13 +6,17 @@ use hf_hub::{Cache, Repo, RepoType};
 
 use crate::error::{Error, Result};
 
-/// Files an encoder needs, and the sentence-transformers files fetched when
-/// the repository has them.
+/// Files an encoder needs (the weights: `model.safetensors`, or the shards
+/// `model.safetensors.index.json` names), and the sentence-transformers and
+/// tokenizer files fetched when the repository has them (with the Pooling
+/// module's config, wherever `modules.json` puts it).
+#[cfg(test)]
 const REQUIRED: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
-const OPTIONAL: [&str; 3] = [
+const OPTIONAL: [&str; 4] = [
     "modules.json",
     "sentence_bert_config.json",
-    "1_Pooling/config.json",
+    "config_sentence_transformers.json",
+    "tokenizer_config.json",
 ];
 
 /// Where and how to fetch.
@@ -68,36 +72,49 @@ pub fn model_dir(model_id: &str, revision: &str, options: &HubOptions) -> Result
                 .repo(repo),
         )
     };
-    let mut dir = None;
-    let files = REQUIRED
-        .iter()
-        .map(|f| (*f, true))
-        .chain(OPTIONAL.iter().map(|f| (*f, false)));
-    for (file, required) in files {
-        let path = match (cache.get(file), &api) {
-            (Some(path), _) => Some(path),
+    let fetch = |file: &str, required: bool| -> Result<Option<PathBuf>> {
+        match (cache.get(file), &api) {
+            (Some(path), _) => Ok(Some(path)),
             (None, Some(api)) => match api.download(file) {
-                Ok(path) => Some(path),
-                Err(e) if required => {
-                    return Err(Error::Hub(format!(
-                        "could not download {file} of {model_id}@{revision}: {e}; where the Hub is unreachable, pass a local model directory instead"
-                    )));
-                }
-                Err(_) => None,
+                Ok(path) => Ok(Some(path)),
+                Err(e) if required => Err(Error::Hub(format!(
+                    "could not download {file} of {model_id}@{revision}: {e}; where the Hub is unreachable, pass a local model directory instead"
+                ))),
+                Err(_) => Ok(None),
             },
-            (None, None) if required => {
-                return Err(Error::Hub(format!(
-                    "{file} of {model_id}@{revision} is not in the Hub cache {} and HF_HUB_OFFLINE is set: pass a local model directory instead",
-                    options.cache_dir.display()
-                )));
-            }
-            (None, None) => None,
-        };
-        if file == "config.json" {
-            dir = path.and_then(|p| p.parent().map(PathBuf::from));
+            (None, None) if required => Err(Error::Hub(format!(
+                "{file} of {model_id}@{revision} is not in the Hub cache {} and HF_HUB_OFFLINE is set: pass a local model directory instead",
+                options.cache_dir.display()
+            ))),
+            (None, None) => Ok(None),
+        }
+    };
+    let config = fetch("config.json", true)?
+        .ok_or_else(|| Error::Hub(format!("no config.json for {model_id}@{revision}")))?;
+    fetch("tokenizer.json", true)?;
+    if fetch("model.safetensors", false)?.is_none() {
+        // Large models come in shards listed by an index.
+        let index = fetch("model.safetensors.index.json", false)?.ok_or_else(|| {
+            Error::Hub(format!(
+                "{model_id}@{revision} has neither model.safetensors nor model.safetensors.index.json (or they could not be downloaded); where the Hub is unreachable, pass a local model directory instead"
+            ))
+        })?;
+        for shard in crate::files::ModelFiles::shard_names(&index)? {
+            fetch(&shard, true)?;
         }
     }
-    dir.ok_or_else(|| Error::Hub(format!("no snapshot directory for {model_id}@{revision}")))
+    for file in OPTIONAL {
+        let path = fetch(file, false)?;
+        if let (Some(path), "modules.json") = (path, file) {
+            for module in crate::config::pooling_dirs(&path)? {
+                fetch(&format!("{module}/config.json"), false)?;
+            }
+        }
+    }
+    config
+        .parent()
+        .map(PathBuf::from)
+        .ok_or_else(|| Error::Hub(format!("no snapshot directory for {model_id}@{revision}")))
 }
 
 #[cfg(test)]
