@@ -18,8 +18,9 @@ On the TEST checkpoints of scripts/make_qwen3_models.py and the shared SkillRet 
 3. crates/reranker/tests/data/qwen3_reference.json: the official SkillRet `Qwen3RankModel`
    computation (prefix + content truncated to max_length − |prefix| − |suffix| + suffix,
    left-padded batches of 8, P(yes) = softmax over the "no"/"yes" logits of the last
-   position) on 120 (query, skill) pairs (query k mod 24, skill k) at max_length 8192, and
-   the first 40 of them at max_length 512 (truncated); token ids hashed as above.
+   position) on 200 (query, skill) pairs — query k mod 24 with skill k: the first 200 skills
+   and all 24 queries — at max_length 8192, and the first 40 of them at max_length 512
+   (truncated); token ids hashed as above.
 4. crates/embedder/tests/data/st6-minilm/: the module files sentence-transformers 6.2 writes
    when it saves models/all-MiniLM-L6-v2 (JSON only; the weights stay in models/).
 
@@ -249,7 +250,7 @@ def main():
     # 3. The reranker, as the official evaluation scores.
     tokenizer = AutoTokenizer.from_pretrained(RERANKER, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(RERANKER, dtype=torch.float32).eval()
-    n = 120
+    n = 200
     pair_queries = [queries[k % len(queries)]["query"] for k in range(n)]
     pair_docs = [skill_text(s) for s in skills[:n]]
     runs = []

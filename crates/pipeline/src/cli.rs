@@ -194,7 +194,9 @@ pub struct EmbedArgs {
     pub backend: BackendArg,
 
     /// Arithmetic of the native engine's linear layers: f32, or bf16 (AVX-512
-    /// BF16 CPUs; about 1.6x faster, cosine ≥ 0.999 to f32).
+    /// BF16 CPUs; cosine ≥ 0.999 to f32; faster only where the CPU's bf16 dot
+    /// product outruns its f32 FMA: `cargo run --release -p embedder
+    /// --example bench_linear` tells).
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     pub precision: PrecisionArg,
 }
