@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build the two TEST cross-encoders the reranker's tests and benchmark use.
+"""Build the TEST cross-encoders the reranker's and the trainer's tests and benchmark use.
 
 THEIR SCORES MEAN NOTHING. No cross-encoder weights can be downloaded on these
 machines (no HuggingFace Hub), so these checkpoints only exercise the code paths
@@ -15,6 +15,11 @@ reachable.
   (2 layers, hidden 32, 2 labels) in the layout of
   `XLMRobertaForSequenceClassification` (`roberta.*`, `classifier.dense`,
   `classifier.out_proj`), with multilingual-e5-small's XLM-R tokenizer.json.
+- models/test-tiny-bert: a tiny random BERT sequence classifier (2 layers,
+  hidden 32, 4 heads, 128 positions, 1 label) in the layout of
+  `BertForSequenceClassification` (`bert.*` with pooler, `classifier`), with
+  all-MiniLM-L6-v2's WordPiece tokenizer: the model of the trainer's parity
+  test against PyTorch (scripts/make_train_fixture.py).
 
 Standard library only, so CI rebuilds both byte for byte without PyTorch: the
 random values come from Python's seeded Mersenne Twister. That transformers
@@ -156,6 +161,77 @@ def xlmr_cross_encoder(models, seed):
     print(f"{out}: built")
 
 
+def tiny_bert(models, seed):
+    src = models / "all-MiniLM-L6-v2"
+    out = models / "test-tiny-bert"
+    if (out / "model.safetensors").exists():
+        print(f"{out}: present")
+        return
+    if not (src / "tokenizer.json").exists():
+        sys.exit(f"{src}: missing; run scripts/fetch-models.sh first")
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = json.loads((src / "config.json").read_text())["vocab_size"]
+    hidden, layers, heads, inter, positions = 32, 2, 4, 64, 128
+    rng = random.Random(seed)
+    t = {}
+
+    def linear(name, n_in, n_out):
+        t[f"{name}.weight"] = ([n_out, n_in], normal(rng, n_in * n_out, 0.1))
+        t[f"{name}.bias"] = ([n_out], uniform(rng, n_out, 0.05))
+
+    def norm(name):
+        t[f"{name}.weight"] = ([hidden], f32(1.0 + 0.1 * (2.0 * rng.random() - 1.0) for _ in range(hidden)))
+        t[f"{name}.bias"] = ([hidden], uniform(rng, hidden, 0.05))
+
+    t["bert.embeddings.word_embeddings.weight"] = ([vocab, hidden], normal(rng, vocab * hidden, 0.5))
+    t["bert.embeddings.position_embeddings.weight"] = ([positions, hidden], normal(rng, positions * hidden, 0.1))
+    t["bert.embeddings.token_type_embeddings.weight"] = ([2, hidden], normal(rng, 2 * hidden, 0.1))
+    norm("bert.embeddings.LayerNorm")
+    for i in range(layers):
+        p = f"bert.encoder.layer.{i}"
+        for part in ["query", "key", "value"]:
+            linear(f"{p}.attention.self.{part}", hidden, hidden)
+        linear(f"{p}.attention.output.dense", hidden, hidden)
+        norm(f"{p}.attention.output.LayerNorm")
+        linear(f"{p}.intermediate.dense", hidden, inter)
+        linear(f"{p}.output.dense", inter, hidden)
+        norm(f"{p}.output.LayerNorm")
+    linear("bert.pooler.dense", hidden, hidden)
+    linear("classifier", hidden, 1)
+    write_safetensors(out / "model.safetensors", t)
+    config = {
+        "_comment": WARNING,
+        "architectures": ["BertForSequenceClassification"],
+        "attention_probs_dropout_prob": 0.1,
+        "classifier_dropout": None,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "hidden_size": hidden,
+        "id2label": {"0": "LABEL_0"},
+        "initializer_range": 0.02,
+        "intermediate_size": inter,
+        "label2id": {"LABEL_0": 0},
+        "layer_norm_eps": 1e-12,
+        "max_position_embeddings": positions,
+        "model_type": "bert",
+        "num_attention_heads": heads,
+        "num_hidden_layers": layers,
+        "pad_token_id": 0,
+        "position_embedding_type": "absolute",
+        "type_vocab_size": 2,
+        "vocab_size": vocab,
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    for name in ["tokenizer.json", "vocab.txt", "special_tokens_map.json", "LICENSE", "NOTICE"]:
+        if (src / name).exists():
+            shutil.copyfile(src / name, out / name)
+    tokenizer_config = json.loads((src / "tokenizer_config.json").read_text())
+    tokenizer_config["model_max_length"] = positions
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2, sort_keys=True) + "\n")
+    (out / "README.md").write_text(f"# {WARNING}\n\nRandom weights; tokenizer: sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0, see LICENSE).\n")
+    print(f"{out}: built")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=str(ROOT / "models"))
@@ -164,6 +240,7 @@ def main():
     models = Path(args.models)
     bert_cross_encoder(models, args.seed)
     xlmr_cross_encoder(models, args.seed + 1)
+    tiny_bert(models, args.seed + 2)
 
 
 if __name__ == "__main__":
