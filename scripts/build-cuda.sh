@@ -4,8 +4,11 @@
 # NVIDIA's PyPI wheels, installed into .cache/cuda (no root, nothing outside the project).
 #
 # CUDA 13 wheels: PyPI's CUDA 12 `nvidia-cuda-nvcc-cu12` ships only ptxas and libnvvm (no nvcc
-# driver), while `nvidia-cuda-nvcc` 13.x ships the whole compiler. The binary dlopens the CUDA
-# driver (libcuda) at run time, as candle's cudarc does, so no driver is needed to build.
+# driver), while `nvidia-cuda-nvcc` 13.x ships the whole compiler. candle's cudarc links the
+# driver library (-lcuda), which comes with the GPU driver, not with any wheel: as a toolkit's
+# lib64/stubs/libcuda.so does, a link-time stub (every cu* entry point of cuda.h, soname
+# libcuda.so.1, each returning CUDA_ERROR_UNKNOWN) is built here to link against; at run time
+# the machine's real libcuda.so.1 is loaded instead.
 #
 # Usage: scripts/build-cuda.sh [cargo build arguments...]
 #   default: cargo build --release -p pipeline --features cuda (target dir target/cuda)
@@ -21,6 +24,7 @@ wheels=(
   nvidia-cuda-crt==13.0.88
   nvidia-nvvm==13.0.88
   nvidia-cuda-runtime==13.0.96
+  nvidia-cuda-nvrtc==13.0.88
   nvidia-cuda-cccl==13.0.85
   nvidia-cublas==13.0.2.14
   nvidia-curand==10.4.0.35
@@ -43,9 +47,19 @@ for lib in "$toolkit"/lib/*.so.*; do
   [ -e "$base" ] || ln -s "$(basename "$lib")" "$base"
 done
 
+# The link-time stub of the driver library (see above).
+stubs="$toolkit/lib/stubs"
+if [ ! -f "$stubs/libcuda.so" ]; then
+  mkdir -p "$stubs"
+  gcc -E -P "$toolkit/include/cuda.h" | grep -oE '\bcu[A-Z][A-Za-z0-9_]*[[:space:]]*\(' \
+    | sed 's/[[:space:]]*($//' | sort -u \
+    | awk '{ printf "int %s(void) { return 999; }\n", $1 }' > "$stubs/libcuda-stub.c"
+  gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$stubs/libcuda.so" "$stubs/libcuda-stub.c"
+fi
+
 export CUDA_HOME="$toolkit" CUDA_PATH="$toolkit" CUDA_ROOT="$toolkit" CUDA_TOOLKIT_ROOT_DIR="$toolkit"
 export PATH="$toolkit/bin:$PATH"
-export LIBRARY_PATH="$toolkit/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+export LIBRARY_PATH="$toolkit/lib:$stubs${LIBRARY_PATH:+:$LIBRARY_PATH}"
 export LD_LIBRARY_PATH="$toolkit/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-90}"
 nvcc --version | tail -2 >&2

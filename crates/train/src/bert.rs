@@ -292,6 +292,17 @@ impl Bert {
             let values = weights.get(&name, &shape)?;
             add(name, &shape, values)?;
         }
+        if options.head == Head::MeanPooling && weights.contains("pooler.dense.weight") {
+            // Kept (untrained, see below) so that the saved BertModel is whole.
+            let h = config.hidden_size;
+            for (name, shape) in [
+                ("pooler.dense.weight", vec![h, h]),
+                ("pooler.dense.bias", vec![h]),
+            ] {
+                let values = weights.get(name, &shape)?;
+                add(name.to_owned(), &shape, values)?;
+            }
+        }
         if options.head == Head::Classifier {
             let h = config.hidden_size;
             let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
@@ -330,6 +341,11 @@ impl Bert {
                     weights.path(),
                     "classifier.weight: a cross-encoder with one label expected",
                 ));
+            }
+        }
+        if options.head == Head::MeanPooling {
+            for p in params.iter_mut().filter(|p| p.name.starts_with("pooler.")) {
+                p.trainable = false;
             }
         }
         Ok(Self {

@@ -13,6 +13,7 @@ pub mod bert;
 mod error;
 pub mod loss;
 pub mod optim;
+pub mod save;
 
 pub use bert::{Batch, Bert, Dropout, Head, LoadOptions, Param};
 pub use error::{Error, Result};
