@@ -14,6 +14,7 @@ mod error;
 pub mod loss;
 pub mod optim;
 pub mod save;
+pub mod trainer;
 
 pub use bert::{Batch, Bert, Dropout, Head, LoadOptions, Param};
 pub use error::{Error, Result};
