@@ -3,27 +3,12 @@
 //! dropout masks are a function of (seed, step).
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-use std::path::PathBuf;
+mod common;
 
 use candle_core::{Device, Tensor};
 use embedder::{Encoder, EncoderOptions};
 use train::loss::{binary_cross_entropy, multiple_negatives_ranking};
 use train::{Batch, Bert, Dropout, Head, LoadOptions};
-
-fn model(name: &str) -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../models")
-        .join(name);
-    if dir.join("model.safetensors").is_file() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "skipped: {} missing (run scripts/fetch-models.sh and python3 scripts/make_cross_encoders.py)",
-            dir.display()
-        );
-        None
-    }
-}
 
 const QUERIES: [&str; 2] = [
     "I keep a folder of scanned invoices and need the totals in a spreadsheet every month",
@@ -62,7 +47,7 @@ fn loss(model: &Bert, dir: &std::path::Path, dropout: &mut Option<Dropout>) -> T
 /// Names of the trainable tensors without a non-zero gradient, and of the
 /// frozen ones with one.
 fn check(name: &str, head: Head, frozen_layers: usize) -> Option<(Vec<String>, Vec<String>)> {
-    let dir = model(name)?;
+    let dir = common::model(name)?;
     let options = LoadOptions {
         head,
         dropout: None,
@@ -118,7 +103,7 @@ fn frozen_layers_get_no_gradient_and_the_rest_do() {
             "frozen but with a gradient: {leaking:?}"
         );
     }
-    let Some(dir) = model("test-tiny-bert") else {
+    let Some(dir) = common::model("test-tiny-bert") else {
         return;
     };
     let options = LoadOptions {
@@ -151,7 +136,7 @@ fn frozen_layers_get_no_gradient_and_the_rest_do() {
 
 #[test]
 fn dropout_masks_depend_on_seed_and_step_only() {
-    let Some(dir) = model("test-tiny-bert") else {
+    let Some(dir) = common::model("test-tiny-bert") else {
         return;
     };
     let options = LoadOptions {

@@ -5,7 +5,7 @@
 //! value), and the same clipped gradient norms.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-use std::path::PathBuf;
+mod common;
 
 use candle_core::{Device, Tensor};
 use embedder::Tokens;
@@ -13,25 +13,8 @@ use serde_json::Value;
 use train::loss::{binary_cross_entropy, multiple_negatives_ranking};
 use train::{AdamW, AdamWConfig, Batch, Bert, Head, LoadOptions, Schedule, clip_grad_norm};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn model() -> Option<PathBuf> {
-    let dir = root().join("models/test-tiny-bert");
-    if dir.join("model.safetensors").is_file() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "skipped: {} missing (run scripts/fetch-models.sh and python3 scripts/make_cross_encoders.py)",
-            dir.display()
-        );
-        None
-    }
-}
-
 fn fixture() -> Value {
-    let path = root().join("crates/train/tests/data/parity.json");
+    let path = common::root().join("crates/train/tests/data/parity.json");
     serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
 }
 
@@ -94,7 +77,7 @@ fn tokens(rows: &Value, types: Option<&Value>) -> Vec<Tokens> {
 /// Runs the fixture's steps of `objective`; returns (worst loss |Δ|, worst
 /// relative weight |Δ|, the tensor where it is).
 fn run(objective: &str) -> Option<(f64, f64, String)> {
-    let dir = model()?;
+    let dir = common::model("test-tiny-bert")?;
     let fixture = fixture();
     let config = &fixture["config"];
     let head = if objective == "bce" {

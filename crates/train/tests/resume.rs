@@ -3,25 +3,12 @@
 //! another model is refused naming its file.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-use std::path::PathBuf;
+mod common;
 
 use candle_core::Device;
 use embedder::{Encoder, EncoderOptions};
 use train::trainer::{Example, RunDir, RunSettings, train};
 use train::{Bert, Head, LoadOptions};
-
-fn base() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/test-tiny-bert");
-    if dir.join("model.safetensors").is_file() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "skipped: {} missing (run python3 scripts/make_cross_encoders.py)",
-            dir.display()
-        );
-        None
-    }
-}
 
 const QUERIES: [&str; 6] = [
     "turn scanned invoices into a spreadsheet",
@@ -118,7 +105,7 @@ fn weights(model: &Bert) -> Vec<Vec<u32>> {
 }
 
 fn full_run(head: Head) -> Option<(Vec<Vec<u32>>, Vec<String>)> {
-    let base = base()?;
+    let base = common::model("test-tiny-bert")?;
     let model = load(&base, head);
     let examples = examples(&base, head);
     let tmp = tempfile::tempdir().unwrap();
@@ -142,7 +129,7 @@ fn an_interrupted_run_resumes_to_the_same_weights() {
         let Some((want, want_log)) = full_run(head) else {
             return;
         };
-        let base = base().unwrap();
+        let base = common::model("test-tiny-bert").unwrap();
         let examples = examples(&base, head);
         let tmp = tempfile::tempdir().unwrap();
         let run = tmp.path().join("run");
@@ -196,7 +183,7 @@ fn the_same_seed_gives_the_same_weights_and_another_seed_does_not() {
     };
     let (b, _) = full_run(Head::Classifier).unwrap();
     assert_eq!(a, b);
-    let base = base().unwrap();
+    let base = common::model("test-tiny-bert").unwrap();
     let model = load(&base, Head::Classifier);
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
@@ -217,7 +204,9 @@ fn the_same_seed_gives_the_same_weights_and_another_seed_does_not() {
 
 #[test]
 fn a_checkpoint_of_another_model_is_refused() {
-    let Some(base) = base() else { return };
+    let Some(base) = common::model("test-tiny-bert") else {
+        return;
+    };
     let examples = examples(&base, Head::Classifier);
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");

@@ -4,7 +4,9 @@
 //! does.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use candle_core::{Device, Tensor};
@@ -14,23 +16,6 @@ use serde_json::{Value, json};
 use train::loss::{binary_cross_entropy, multiple_negatives_ranking};
 use train::save::save_model;
 use train::{AdamW, AdamWConfig, Batch, Bert, Head, LoadOptions};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn base() -> Option<PathBuf> {
-    let dir = root().join("models/test-tiny-bert");
-    if dir.join("model.safetensors").is_file() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "skipped: {} missing (run python3 scripts/make_cross_encoders.py)",
-            dir.display()
-        );
-        None
-    }
-}
 
 const TEXTS: [&str; 4] = [
     "convert my scanned invoices into a spreadsheet",
@@ -104,7 +89,7 @@ fn python(kind: &str, dir: &Path, input: &Value) -> Option<Vec<Value>> {
         return None;
     }
     let mut child = Command::new("python3")
-        .arg(root().join("scripts/check_trained_model.py"))
+        .arg(common::root().join("scripts/check_trained_model.py"))
         .arg(kind)
         .arg(dir)
         .stdin(Stdio::piped())
@@ -126,7 +111,9 @@ fn python(kind: &str, dir: &Path, input: &Value) -> Option<Vec<Value>> {
 
 #[test]
 fn a_saved_bi_encoder_embeds_as_it_trained() {
-    let Some(base) = base() else { return };
+    let Some(base) = common::model("test-tiny-bert") else {
+        return;
+    };
     let (model, encoder) = trained(&base, Head::MeanPooling);
     let out = tempfile::tempdir().unwrap();
     let dest = out.path().join("bi");
@@ -168,7 +155,9 @@ fn a_saved_bi_encoder_embeds_as_it_trained() {
 
 #[test]
 fn a_saved_cross_encoder_scores_as_it_trained() {
-    let Some(base) = base() else { return };
+    let Some(base) = common::model("test-tiny-bert") else {
+        return;
+    };
     let (model, encoder) = trained(&base, Head::Classifier);
     let out = tempfile::tempdir().unwrap();
     let dest = out.path().join("cross");
