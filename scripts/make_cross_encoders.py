@@ -81,6 +81,29 @@ def bert_cross_encoder(models, seed):
     print(f"{out}: built")
 
 
+def add_linear(t, rng, name, n_in, n_out, std):
+    t[f"{name}.weight"] = ([n_out, n_in], normal(rng, n_in * n_out, std))
+    t[f"{name}.bias"] = ([n_out], uniform(rng, n_out, 0.05))
+
+
+def add_norm(t, rng, name, hidden):
+    t[f"{name}.weight"] = ([hidden], f32(1.0 + 0.1 * (2.0 * rng.random() - 1.0) for _ in range(hidden)))
+    t[f"{name}.bias"] = ([hidden], uniform(rng, hidden, 0.05))
+
+
+def add_layers(t, rng, prefix, layers, hidden, inter, std):
+    """The transformer layers of a BERT-style encoder, in transformers' names."""
+    for i in range(layers):
+        p = f"{prefix}.encoder.layer.{i}"
+        for part in ["query", "key", "value"]:
+            add_linear(t, rng, f"{p}.attention.self.{part}", hidden, hidden, std)
+        add_linear(t, rng, f"{p}.attention.output.dense", hidden, hidden, std)
+        add_norm(t, rng, f"{p}.attention.output.LayerNorm", hidden)
+        add_linear(t, rng, f"{p}.intermediate.dense", hidden, inter, std)
+        add_linear(t, rng, f"{p}.output.dense", inter, hidden, std)
+        add_norm(t, rng, f"{p}.output.LayerNorm", hidden)
+
+
 def xlmr_cross_encoder(models, seed):
     tokenizer = models / "multilingual-e5-small" / "tokenizer.json"
     out = models / "test-xlmr-cross-encoder"
@@ -96,26 +119,13 @@ def xlmr_cross_encoder(models, seed):
     t = {}
 
     def linear(name, n_in, n_out):
-        t[f"{name}.weight"] = ([n_out, n_in], normal(rng, n_in * n_out, 0.08))
-        t[f"{name}.bias"] = ([n_out], uniform(rng, n_out, 0.05))
-
-    def norm(name):
-        t[f"{name}.weight"] = ([hidden], f32(1.0 + 0.1 * (2.0 * rng.random() - 1.0) for _ in range(hidden)))
-        t[f"{name}.bias"] = ([hidden], uniform(rng, hidden, 0.05))
+        add_linear(t, rng, name, n_in, n_out, 0.08)
 
     t["roberta.embeddings.word_embeddings.weight"] = ([vocab, hidden], uniform(rng, vocab * hidden, 0.1))
     t["roberta.embeddings.position_embeddings.weight"] = ([positions, hidden], uniform(rng, positions * hidden, 0.1))
     t["roberta.embeddings.token_type_embeddings.weight"] = ([1, hidden], uniform(rng, hidden, 0.1))
-    norm("roberta.embeddings.LayerNorm")
-    for i in range(layers):
-        p = f"roberta.encoder.layer.{i}"
-        for part in ["query", "key", "value"]:
-            linear(f"{p}.attention.self.{part}", hidden, hidden)
-        linear(f"{p}.attention.output.dense", hidden, hidden)
-        norm(f"{p}.attention.output.LayerNorm")
-        linear(f"{p}.intermediate.dense", hidden, inter)
-        linear(f"{p}.output.dense", inter, hidden)
-        norm(f"{p}.output.LayerNorm")
+    add_norm(t, rng, "roberta.embeddings.LayerNorm", hidden)
+    add_layers(t, rng, "roberta", layers, hidden, inter, 0.08)
     linear("classifier.dense", hidden, hidden)
     linear("classifier.out_proj", hidden, labels)
     write_safetensors(out / "model.safetensors", t)
@@ -176,26 +186,13 @@ def tiny_bert(models, seed):
     t = {}
 
     def linear(name, n_in, n_out):
-        t[f"{name}.weight"] = ([n_out, n_in], normal(rng, n_in * n_out, 0.1))
-        t[f"{name}.bias"] = ([n_out], uniform(rng, n_out, 0.05))
-
-    def norm(name):
-        t[f"{name}.weight"] = ([hidden], f32(1.0 + 0.1 * (2.0 * rng.random() - 1.0) for _ in range(hidden)))
-        t[f"{name}.bias"] = ([hidden], uniform(rng, hidden, 0.05))
+        add_linear(t, rng, name, n_in, n_out, 0.1)
 
     t["bert.embeddings.word_embeddings.weight"] = ([vocab, hidden], normal(rng, vocab * hidden, 0.5))
     t["bert.embeddings.position_embeddings.weight"] = ([positions, hidden], normal(rng, positions * hidden, 0.1))
     t["bert.embeddings.token_type_embeddings.weight"] = ([2, hidden], normal(rng, 2 * hidden, 0.1))
-    norm("bert.embeddings.LayerNorm")
-    for i in range(layers):
-        p = f"bert.encoder.layer.{i}"
-        for part in ["query", "key", "value"]:
-            linear(f"{p}.attention.self.{part}", hidden, hidden)
-        linear(f"{p}.attention.output.dense", hidden, hidden)
-        norm(f"{p}.attention.output.LayerNorm")
-        linear(f"{p}.intermediate.dense", hidden, inter)
-        linear(f"{p}.output.dense", inter, hidden)
-        norm(f"{p}.output.LayerNorm")
+    add_norm(t, rng, "bert.embeddings.LayerNorm", hidden)
+    add_layers(t, rng, "bert", layers, hidden, inter, 0.1)
     linear("bert.pooler.dense", hidden, hidden)
     linear("classifier", hidden, 1)
     write_safetensors(out / "model.safetensors", t)
