@@ -114,6 +114,10 @@ pub struct Dataset {
     pub skills: Vec<Skill>,
     /// Queries in file order.
     pub queries: Vec<Query>,
+    /// The line of each query in the queries file.
+    pub query_lines: Vec<usize>,
+    /// The queries file.
+    pub queries_path: PathBuf,
     /// Judgements for every query (an empty entry where a query has none), from
     /// the qrels file when present, else from the queries' own labels.
     pub qrels: Qrels,
@@ -146,6 +150,8 @@ impl Dataset {
         Ok(Self {
             skills,
             queries,
+            query_lines,
+            queries_path: files.queries.clone(),
             qrels,
             warnings,
         })
@@ -188,7 +194,9 @@ struct RawSkill {
     skill_md: Option<String>,
 }
 
-fn read_skills(path: &Path, warnings: &mut Vec<Diagnostic>) -> Result<Vec<Skill>> {
+/// Reads a skills file alone (`skills/<split>.jsonl`), as [`Dataset`] does;
+/// tolerated problems go to `warnings`.
+pub fn read_skills(path: &Path, warnings: &mut Vec<Diagnostic>) -> Result<Vec<Skill>> {
     let mut skills = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     for_each_record(path, |line, raw: RawSkill| {
@@ -410,13 +418,15 @@ fn qrels_from_queries(
 }
 
 fn unknown_skill(location: Location, field: &str, skill: &str) -> Diagnostic {
-    Diagnostic::new(
+    let mut d = Diagnostic::new(
         location,
         Some(field),
         format!(
             "{skill:?} is not in the skills file; kept, as in the official loader, so it counts as relevant but can never be retrieved"
         ),
-    )
+    );
+    d.unknown_skill = Some(skill.to_owned());
+    d
 }
 
 #[cfg(test)]

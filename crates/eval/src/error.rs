@@ -50,6 +50,9 @@ pub struct Diagnostic {
     pub field: Option<String>,
     /// What is wrong.
     pub message: String,
+    /// The skill id, when the record names a skill the skills file lacks
+    /// (tolerated in evaluation; an error for training data).
+    pub unknown_skill: Option<String>,
 }
 
 impl Diagnostic {
@@ -58,6 +61,7 @@ impl Diagnostic {
             location,
             field: field.map(str::to_owned),
             message: message.into(),
+            unknown_skill: None,
         }
     }
 }

@@ -34,6 +34,9 @@ pub enum Command {
     /// Rescore the top N of a first-stage run with a cross-encoder.
     #[command(long_about = RERANK_ABOUT)]
     Rerank(RerankArgs),
+    /// Fine-tune a bi-encoder or a cross-encoder for skill retrieval.
+    #[command(long_about = TRAIN_ABOUT)]
+    Train(TrainArgs),
     /// Prepare model directories (see also scripts/fetch-models.sh).
     #[command(subcommand)]
     Models(ModelsCommand),
@@ -53,7 +56,7 @@ hub_revision, split; [embedder] model, revision, query_prompt, document_prompt, 
 query_prompt_name, document_prompt_name, pooling, normalize, max_length, batch_tokens, \
 precision, backend; [retriever] kind = dense | bm25 | hybrid, index = exact | hnsw, top_n, \
 [retriever.hnsw] m, ef_construction, ef_search, deterministic; [reranker] model, revision, \
-top_n, max_length, instruction, precision, backend; [eval] k; [output] dir, cache. Unknown \
+top_n, max_length, instruction, precision, backend, combine = replace | interpolate, weight; [eval] k; [output] dir, cache. Unknown \
 keys are errors (see configs/README.md).
 
 Outputs in the out directory: metrics.json (per stage, official key names; identical \
@@ -86,6 +89,59 @@ pub struct RunArgs {
     /// Score only the first N queries (by id): a quick look.
     #[arg(long, value_name = "N")]
     pub limit_queries: Option<usize>,
+}
+
+const TRAIN_ABOUT: &str = "\
+Fine-tune a bi-encoder (Multiple Negatives Ranking loss, in-batch and mined hard \
+negatives, as sentence-transformers) or a cross-encoder (a new classification head on a \
+BERT encoder; binary cross-entropy or listwise softmax over each query's positives and \
+hard negatives) for skill retrieval, on the CPU (or CUDA with the cuda feature).
+
+data → queries: the split's labelled queries and qrels (source = \"labelled\", SkillRet's \
+train split), or the pseudo-labelled recipe that reads only skills/<split>.jsonl \
+(source = \"pseudo\": a skill's description and \"when to use\" items become queries and \
+leave the skill's text; composed requests ask for 2-3 related skills at once) → the first \
+stage ([negatives] miner) embeds skills and queries (cached) → hard negatives: its best \
+ranks below the best positive, near-duplicates of a positive skipped → AdamW (weight \
+decay, linear warm-up and decay, clipping), seeded shuffles and dropout: the same \
+configuration gives the same weights.
+
+The configuration (see configs/train/): [data] dir or hub_revision, split, source = \
+labelled | pseudo, evaluate_on (default \"test\"; its queries and qrels are never read); \
+[model] base, revision, objective = bi-encoder | cross-encoder, max_length, \
+frozen_layers, dropout; [pseudo] single, composed, skills_per_query, neighbours, seed; \
+[negatives] miner, revision, count, depth, near_duplicate; [train] loss = bce | listwise, \
+lr, weight_decay, warmup_ratio, epochs, batch_size, batch_tokens (padded tokens per \
+step), max_grad_norm, scale, seed, checkpoint_every; [output] dir, cache. Unknown keys \
+are errors.
+
+Outputs: the model directory ([output] dir or --out; sentence-transformers layout for a \
+bi-encoder, BertForSequenceClassification for a cross-encoder, with training.json), \
+written whole at the end; beside it <out>.training/ holds training_data.jsonl, \
+train_log.jsonl (a line per step) and checkpoints/ (every checkpoint_every steps, \
+written atomically). Run the same command again after an interruption (even SIGKILL): it \
+resumes from the last checkpoint and ends with the weights an uninterrupted run gives. \
+When the model directory already holds this configuration's result, nothing is done.
+
+Examples:
+  pipeline train --config configs/train/reranker-minilm.toml --data ../shared/skillret-sample
+  pipeline train --config configs/train/minilm-skills.toml --out models/my-minilm";
+
+/// Arguments of `pipeline train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// The training configuration (TOML).
+    #[arg(long, value_name = "TOML")]
+    pub config: PathBuf,
+
+    /// SkillRet data directory (overrides the configuration's [data]).
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+
+    /// The trained model's directory [default: the configuration's [output]
+    /// dir, else models/<config name>].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 const COMPARE_ABOUT: &str = "\

@@ -94,6 +94,23 @@ struct RawReranker {
     sigmoid: bool,
     /// The instruction of a yes/no (decoder) reranker.
     instruction: Option<String>,
+    /// How the reranker's score makes the final order.
+    #[serde(default)]
+    combine: Combine,
+    /// The reranker's share with combine = "interpolate".
+    weight: Option<f64>,
+}
+
+/// How the second stage orders the top N.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Combine {
+    /// By the reranker's score alone (the official protocol).
+    #[default]
+    Replace,
+    /// By `weight · reranker + (1 − weight) · first stage`, each min-max
+    /// normalised over the query's top N.
+    Interpolate,
 }
 
 #[derive(Debug, Deserialize)]
@@ -234,6 +251,10 @@ pub struct RerankerSettings {
     pub sigmoid: bool,
     /// Instruction of a yes/no reranker (default: the official SkillRet one).
     pub instruction: Option<String>,
+    /// Replace the first stage's order, or interpolate with it.
+    pub combine: Combine,
+    /// The reranker's share when interpolating.
+    pub weight: f64,
 }
 
 /// A checked run configuration.
@@ -275,20 +296,24 @@ pub struct Overrides {
 impl Settings {
     /// Reads, parses and resolves a configuration file.
     pub fn load(path: &Path, overrides: &Overrides) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading the configuration {}", path.display()))?;
-        let raw: Raw = toml::from_str(&text).map_err(|e| {
-            let place = e
-                .span()
-                .map(|span| {
-                    let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-                    format!(":{line}")
-                })
-                .unwrap_or_default();
-            anyhow::anyhow!("{}{place}: {}", path.display(), e.message())
-        })?;
-        resolve(raw, path, overrides)
+        resolve(read_toml(path)?, path, overrides)
     }
+}
+
+/// Reads and parses a TOML configuration; errors name the file and line.
+pub(crate) fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the configuration {}", path.display()))?;
+    toml::from_str(&text).map_err(|e| {
+        let place = e
+            .span()
+            .map(|span| {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                format!(":{line}")
+            })
+            .unwrap_or_default();
+        anyhow::anyhow!("{}{place}: {}", path.display(), e.message())
+    })
 }
 
 fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
@@ -378,8 +403,23 @@ fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
                     r.top_n
                 );
             }
+            let weight = match (x.combine, x.weight) {
+                (Combine::Replace, Some(_)) => {
+                    bail!("{file}: [reranker] weight applies to combine = \"interpolate\" only")
+                }
+                (Combine::Replace, None) => 1.0,
+                (Combine::Interpolate, w) => {
+                    let w = w.unwrap_or(0.5);
+                    if !(0.0..=1.0).contains(&w) {
+                        bail!("{file}: [reranker] weight must be in [0, 1]");
+                    }
+                    w
+                }
+            };
             Some(RerankerSettings {
                 model: model_ref(x.model, x.revision, &file.to_string(), "reranker")?,
+                combine: x.combine,
+                weight,
                 top_n: x.top_n,
                 max_length: x.max_length,
                 batch_tokens: x.batch_tokens,
@@ -430,7 +470,7 @@ fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
     })
 }
 
-fn model_ref(
+pub(crate) fn model_ref(
     model: String,
     revision: Option<String>,
     file: &str,
@@ -513,6 +553,16 @@ mod tests {
                 "more than",
             ),
             (&format!("{DENSE}[eval]\nk = [0]\n"), "positive"),
+            (
+                &format!("{DENSE}[reranker]\nmodel = \"r\"\nweight = 0.3\n"),
+                "interpolate",
+            ),
+            (
+                &format!(
+                    "{DENSE}[reranker]\nmodel = \"r\"\ncombine = \"interpolate\"\nweight = 2.0\n"
+                ),
+                "[0, 1]",
+            ),
             (
                 "[data]\n[embedder]\nmodel = \"m\"\n[retriever]\nkind = \"dense\"\n",
                 "needs `dir`",

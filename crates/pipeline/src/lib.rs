@@ -9,6 +9,7 @@ pub mod config;
 mod plot;
 mod progress;
 mod report;
+pub mod train_config;
 
 /// Runs one parsed command line.
 pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
@@ -18,6 +19,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
         cli::Command::Eval(args) => commands::eval::run(&args),
         cli::Command::Embed(args) => commands::embed::run(&args),
         cli::Command::Rerank(args) => commands::rerank::run(&args),
+        cli::Command::Train(args) => commands::train::run(&args),
         cli::Command::Models(cli::ModelsCommand::ConvertE5s1(args)) => {
             commands::models::convert_e5s1(&args)
         }

@@ -13,3 +13,17 @@ pub(crate) fn bar(total: u64, what: &str) -> ProgressBar {
     bar.set_message(what.to_owned());
     bar
 }
+
+/// A bar for `total` training steps; its message carries the loss and
+/// tokens/s.
+pub(crate) fn steps(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "train [{bar:30}] step {pos}/{len}  {msg}  ({elapsed} elapsed, {eta} left)",
+        )
+        .expect("the template is valid")
+        .progress_chars("=> "),
+    );
+    bar
+}

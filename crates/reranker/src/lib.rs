@@ -511,6 +511,64 @@ impl CrossEncoder {
     }
 }
 
+/// Interpolates a reranked run with the first stage it reranked: within
+/// each query's top `top_n` of `first`, both stages' scores are min-max
+/// normalised over those candidates and combined as
+/// `weight · reranker + (1 − weight) · first stage`; the rest of `first`
+/// follows in its own order. `weight` 1 gives the reranker's order, 0 the
+/// first stage's (ties by document id, as trec_eval).
+pub fn interpolate(first: &Run, reranked: &Run, top_n: usize, weight: f64) -> Run {
+    fn normalised(docs: &[ScoredDoc]) -> HashMap<&str, f64> {
+        let (lo, hi) = docs
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), d| {
+                (lo.min(d.score), hi.max(d.score))
+            });
+        let span = hi - lo;
+        docs.iter()
+            .map(|d| {
+                let v = if span > 0.0 {
+                    (d.score - lo) / span
+                } else {
+                    0.0
+                };
+                (&*d.id, v)
+            })
+            .collect()
+    }
+    let mut out = Run::default();
+    for query in first.query_ids() {
+        let mut docs = first.get(query).unwrap_or_default().to_vec();
+        eval::sort_trec(&mut docs);
+        let n = top_n.min(docs.len());
+        let base = normalised(&docs[..n]);
+        let rescored = reranked.get(query).unwrap_or_default();
+        let head_ids: std::collections::HashSet<&str> = docs[..n].iter().map(|d| &*d.id).collect();
+        let from_reranker: Vec<ScoredDoc> = rescored
+            .iter()
+            .filter(|d| head_ids.contains(&*d.id))
+            .cloned()
+            .collect();
+        let rerank = normalised(&from_reranker);
+        let mut head: Vec<ScoredDoc> = docs[..n]
+            .iter()
+            .map(|d| ScoredDoc {
+                id: Arc::clone(&d.id),
+                score: weight * rerank.get(&*d.id).copied().unwrap_or(0.0)
+                    + (1.0 - weight) * base[&*d.id],
+            })
+            .collect();
+        eval::sort_trec(&mut head);
+        let floor = head.last().map_or(0.0, |d| d.score);
+        head.extend(docs[n..].iter().enumerate().map(|(i, d)| ScoredDoc {
+            id: Arc::clone(&d.id),
+            score: floor - 1.0 - i as f64,
+        }));
+        out.insert(query.to_owned(), head);
+    }
+    out
+}
+
 /// The classification head of a BERT-family cross-encoder, checked against
 /// the labels its config declares.
 fn classifier(encoder: &Encoder, dir: &Path) -> Result<Head, Error> {
@@ -587,6 +645,61 @@ fn declared_labels(path: &Path) -> Result<Option<usize>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn run(scores: &[(&str, f64)]) -> Run {
+        let mut r = Run::default();
+        r.insert(
+            "q".to_owned(),
+            scores
+                .iter()
+                .map(|&(id, score)| ScoredDoc {
+                    id: Arc::from(id),
+                    score,
+                })
+                .collect(),
+        );
+        r
+    }
+
+    fn order(r: &Run) -> Vec<String> {
+        r.get("q")
+            .unwrap()
+            .iter()
+            .map(|d| d.id.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn interpolation_moves_between_the_two_orders() {
+        let first = run(&[("a", 0.9), ("b", 0.8), ("c", 0.7), ("d", 0.1)]);
+        // The reranker saw the top 3 and reverses them.
+        let reranked = run(&[("c", 5.0), ("b", 1.0), ("a", -3.0), ("d", -4.0)]);
+        assert_eq!(
+            order(&interpolate(&first, &reranked, 3, 1.0)),
+            ["c", "b", "a", "d"]
+        );
+        assert_eq!(
+            order(&interpolate(&first, &reranked, 3, 0.0)),
+            ["a", "b", "c", "d"]
+        );
+        // Normalised: first stage a 1, b 0.5, c 0; reranker a 0, b 0.5, c 1;
+        // d stays last either way.
+        // 0.3 on the reranker: the first stage's order wins, by margins.
+        let mostly_first = interpolate(&first, &reranked, 3, 0.3);
+        assert_eq!(order(&mostly_first), ["a", "b", "c", "d"]);
+        let mostly_reranker = interpolate(&first, &reranked, 3, 0.7);
+        assert_eq!(order(&mostly_reranker), ["c", "b", "a", "d"]);
+        let scores: Vec<f64> = mostly_reranker
+            .get("q")
+            .unwrap()
+            .iter()
+            .map(|d| d.score)
+            .collect();
+        assert!(
+            (scores[0] - 0.7).abs() < 1e-12 && scores[3] < scores[2],
+            "{scores:?}"
+        );
+    }
 
     #[test]
     fn the_head_is_out_of_tanh_of_dense() {

@@ -13,9 +13,9 @@
 
 use std::path::Path;
 
-use candle_core::{D, DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor, Var};
 use embedder::{BertConfig, ModelConfig, ModelFiles, Tokens, Weights};
-use rand::{Rng, SeedableRng};
+use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 
@@ -126,9 +126,11 @@ impl Dropout {
         }
         let keep = 1.0 - p;
         let scale = (1.0 / keep) as f32;
+        // Kept when a uniform 32-bit draw falls below keep · 2³².
+        let threshold = (keep * 4_294_967_296.0).min(4_294_967_295.0) as u32;
         let mask: Vec<f32> = (0..x.elem_count())
             .map(|_| {
-                if self.rng.random::<f64>() < keep {
+                if self.rng.next_u32() < threshold {
                     scale
                 } else {
                     0.0
@@ -457,8 +459,7 @@ impl Bert {
             let q = split(self.linear(&x, &format!("{p}attention.self.query"))?)?;
             let k = split(self.linear(&x, &format!("{p}attention.self.key"))?)?;
             let v = split(self.linear(&x, &format!("{p}attention.self.value"))?)?;
-            let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&bias)?;
-            let probs = candle_nn::ops::softmax(&scores, D::Minus1)?;
+            let probs = crate::ops::masked_softmax(&q.matmul(&k.t()?)?, &bias, scale)?;
             let probs = drop(probs, self.attention_dropout)?;
             let context = probs
                 .matmul(&v)?

@@ -59,6 +59,31 @@ pub fn binary_cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> 
     Ok(loss.mean_all()?)
 }
 
+/// Listwise softmax cross-entropy of one query's list: `logits` `[m]` of
+/// its candidates, `labels` `[m]` with 1 for each positive; the loss is
+/// −log of the softmax mass on the positives (sentence-transformers'
+/// `ListNetLoss` with binary labels reduces to this for one positive).
+pub fn listwise_softmax(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
+    let labels = labels.to_dtype(DType::F32)?;
+    let positives: f32 = labels.sum_all()?.to_scalar()?;
+    if positives < 0.5 {
+        return Err(Error::Invalid(
+            "a listwise loss needs a positive in every list".to_owned(),
+        ));
+    }
+    let log_probs = candle_nn::ops::log_softmax(logits, D::Minus1)?;
+    // log Σ_pos p = logsumexp over positives of log p.
+    let masked = (log_probs + ((labels - 1.0)? * 1e30)?)?;
+    let max = masked.max_keepdim(D::Minus1)?.detach();
+    let lse = (masked
+        .broadcast_sub(&max)?
+        .exp()?
+        .sum_keepdim(D::Minus1)?
+        .log()?
+        + max)?;
+    Ok(lse.neg()?.mean_all()?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +101,30 @@ mod tests {
         let sig = |v: f64| 1.0 / (1.0 + (-v).exp());
         let want = (-(sig(2.0)).ln() - (1.0 - sig(-1.0)).ln() - sig(0.0).ln() + 40.0) / 4.0;
         assert!((f64::from(got) - want).abs() < 1e-5, "{got} vs {want}");
+    }
+
+    #[test]
+    fn listwise_is_minus_log_of_the_positive_mass() {
+        let dev = Device::Cpu;
+        let x = Tensor::new(&[2.0f32, -1.0, 0.5, 1.0], &dev).unwrap();
+        let y = Tensor::new(&[1.0f32, 0.0, 1.0, 0.0], &dev).unwrap();
+        let got = listwise_softmax(&x, &y)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        let e: Vec<f64> = [2.0f64, -1.0, 0.5, 1.0].iter().map(|v| v.exp()).collect();
+        let want = -((e[0] + e[2]) / e.iter().sum::<f64>()).ln();
+        assert!((f64::from(got) - want).abs() < 1e-5, "{got} vs {want}");
+        // Gradients reach the logits.
+        let v = candle_core::Var::from_tensor(&x).unwrap();
+        let grads = listwise_softmax(v.as_tensor(), &y)
+            .unwrap()
+            .backward()
+            .unwrap();
+        let g: Vec<f32> = grads.get(v.as_tensor()).unwrap().to_vec1().unwrap();
+        assert!(g[1] > 0.0 && g[3] > 0.0 && g[0] < 0.0, "{g:?}");
+        let none = Tensor::new(&[0.0f32, 0.0, 0.0, 0.0], &dev).unwrap();
+        assert!(listwise_softmax(&x, &none).is_err());
     }
 
     #[test]

@@ -135,13 +135,14 @@ pub(crate) fn write_dir(dest: &Path, fill: impl FnOnce(&Path) -> Result<()>) -> 
 /// Writes `model` (trained from the model directory `base`) to `dest`, in
 /// the layout of its head: a sentence-transformers bi-encoder
 /// (`max_seq_length` = `max_length`) or a `BertForSequenceClassification`
-/// cross-encoder. `note` goes into the README.
+/// cross-encoder. `extra` files (name, content), such as a README, are
+/// written beside the model.
 pub fn save_model(
     model: &Bert,
     base: &Path,
     dest: &Path,
     max_length: usize,
-    note: &str,
+    extra: &[(&str, &str)],
 ) -> Result<()> {
     write_dir(dest, |dir| {
         for name in TOKENIZER_FILES {
@@ -204,8 +205,11 @@ pub fn save_model(
         }
         write_json(&dir.join("config.json"), &config)?;
         write_safetensors(&dir.join("model.safetensors"), &tensors)?;
-        std::fs::write(dir.join("README.md"), note)
-            .map_err(|e| Error::io(&dir.join("README.md"), e))
+        for (name, content) in extra {
+            let path = dir.join(name);
+            std::fs::write(&path, content).map_err(|e| Error::io(&path, e))?;
+        }
+        Ok(())
     })
 }
 

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bert::{Batch, Bert, Dropout, Head};
 use crate::error::{Error, Result};
-use crate::loss::{binary_cross_entropy, multiple_negatives_ranking};
+use crate::loss::{binary_cross_entropy, listwise_softmax, multiple_negatives_ranking};
 use crate::optim::{AdamW, AdamWConfig, Schedule, clip_grad_norm};
 use crate::save::{write_dir, write_safetensors};
 
@@ -44,6 +44,22 @@ pub enum Example {
 }
 
 impl Example {
+    /// Tokens of the example (its sequences, without padding).
+    pub fn tokens(&self) -> usize {
+        match self {
+            Self::Triplet {
+                anchor,
+                positive,
+                negatives,
+            } => {
+                anchor.ids.len()
+                    + positive.ids.len()
+                    + negatives.iter().map(|t| t.ids.len()).sum::<usize>()
+            }
+            Self::Pairs { pairs, .. } => pairs.iter().map(|p| p.ids.len()).sum(),
+        }
+    }
+
     fn longest(&self) -> usize {
         match self {
             Self::Triplet {
@@ -90,6 +106,21 @@ pub struct RunSettings {
     pub scale: f64,
     /// Seed of shuffles and dropout.
     pub seed: u64,
+    /// The cross-encoder's objective (a bi-encoder always uses MNRL).
+    #[serde(default)]
+    pub loss: PairLoss,
+}
+
+/// How a cross-encoder learns from a query's labelled candidates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PairLoss {
+    /// Binary cross-entropy of each (query, skill) pair.
+    #[default]
+    Bce,
+    /// Softmax cross-entropy over each query's list (positives against its
+    /// hard negatives).
+    Listwise,
 }
 
 /// One step's record (a line of `train_log.jsonl`).
@@ -411,11 +442,27 @@ fn loss_of(
             }
             let b = Batch::new(&pairs, pad, device)?;
             let tokens = b.tokens();
-            let labels = Tensor::new(labels, device)?;
-            Ok((
-                binary_cross_entropy(&model.logits(&b, dropout)?, &labels)?,
-                tokens,
-            ))
+            let logits = model.logits(&b, dropout)?;
+            let loss = match settings.loss {
+                PairLoss::Bce => binary_cross_entropy(&logits, &Tensor::new(labels, device)?)?,
+                PairLoss::Listwise => {
+                    let mut losses = Vec::with_capacity(batch.len());
+                    let mut at = 0;
+                    for e in batch {
+                        let Example::Pairs { labels, .. } = e else {
+                            unreachable!("checked above")
+                        };
+                        let list = logits.narrow(0, at, labels.len())?;
+                        losses.push(listwise_softmax(
+                            &list,
+                            &Tensor::new(labels.as_slice(), device)?,
+                        )?);
+                        at += labels.len();
+                    }
+                    (Tensor::stack(&losses, 0)?.sum_all()? / losses.len() as f64)?
+                }
+            };
+            Ok((loss, tokens))
         }
     }
 }

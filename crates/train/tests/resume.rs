@@ -74,6 +74,7 @@ fn settings() -> RunSettings {
         max_grad_norm: 1.0,
         scale: 20.0,
         seed: 11,
+        loss: train::trainer::PairLoss::Bce,
     }
 }
 

@@ -117,7 +117,7 @@ fn a_saved_bi_encoder_embeds_as_it_trained() {
     let (model, encoder) = trained(&base, Head::MeanPooling);
     let out = tempfile::tempdir().unwrap();
     let dest = out.path().join("bi");
-    save_model(&model, &base, &dest, 64, "test\n").unwrap();
+    save_model(&model, &base, &dest, 64, &[("README.md", "test\n")]).unwrap();
     let batch = Batch::new(&encoder.tokenize(&TEXTS).unwrap(), 0, &Device::Cpu).unwrap();
     let want = model
         .embed(&batch, &mut None)
@@ -161,7 +161,7 @@ fn a_saved_cross_encoder_scores_as_it_trained() {
     let (model, encoder) = trained(&base, Head::Classifier);
     let out = tempfile::tempdir().unwrap();
     let dest = out.path().join("cross");
-    save_model(&model, &base, &dest, 64, "test\n").unwrap();
+    save_model(&model, &base, &dest, 64, &[("README.md", "test\n")]).unwrap();
     let pairs: Vec<(&str, &str)> = [(0, 1), (0, 3), (2, 1), (2, 3)]
         .iter()
         .map(|&(q, d)| (TEXTS[q], TEXTS[d]))

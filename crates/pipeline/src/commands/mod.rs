@@ -6,3 +6,4 @@ pub(crate) mod eval;
 pub(crate) mod models;
 pub(crate) mod rerank;
 pub(crate) mod run;
+pub(crate) mod train;

@@ -19,7 +19,7 @@ use crate::cache::{Shards, model_fingerprint};
 use crate::cli::RunArgs;
 use crate::commands::embed::model_dir;
 use crate::config::{
-    DataSource, EmbedderSettings, IndexKind, ModelRef, Overrides, RetrieverKind, Settings,
+    Combine, DataSource, EmbedderSettings, IndexKind, ModelRef, Overrides, RetrieverKind, Settings,
 };
 use crate::report::{self, Stage, StageTiming};
 
@@ -145,11 +145,25 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
             &|done| bar.set_position(done as u64),
         )?;
         bar.finish_and_clear();
+        let reranked = match rr.combine {
+            Combine::Replace => reranked,
+            Combine::Interpolate => reranker::interpolate(first, &reranked, rr.top_n, rr.weight),
+        };
         let seconds = started.elapsed().as_secs_f64().max(1e-9);
         timings.push(StageTiming::new(
             "rerank",
             started,
-            format!("{pairs} pairs, {:.1} pairs/s", pairs as f64 / seconds),
+            format!(
+                "{pairs} pairs, {:.1} pairs/s{}",
+                pairs as f64 / seconds,
+                match rr.combine {
+                    Combine::Replace => String::new(),
+                    Combine::Interpolate => format!(
+                        "; interpolated with the first stage (reranker weight {})",
+                        rr.weight
+                    ),
+                }
+            ),
         ));
         summary(timings.last());
         stages.push(Stage {
@@ -187,7 +201,7 @@ pub(crate) fn describe(model: &CrossEncoder) -> String {
     }
 }
 
-fn summary(timing: Option<&StageTiming>) {
+pub(crate) fn summary(timing: Option<&StageTiming>) {
     if let Some(t) = timing {
         eprintln!("{:<14} {:>8.2} s  {}", t.stage, t.seconds, t.detail);
     }
@@ -211,7 +225,7 @@ fn load_data(settings: &Settings) -> Result<Dataset> {
 
 /// The directory of a configured model (from the Hub where it is an id),
 /// with its files and architecture checked.
-fn resolve_model(model: &ModelRef, section: &str) -> Result<PathBuf> {
+pub(crate) fn resolve_model(model: &ModelRef, section: &str) -> Result<PathBuf> {
     let dir = model_dir(&model.model, model.revision.as_deref())
         .with_context(|| format!("[{section}] model {:?}", model.model))?;
     let files = embedder::ModelFiles::in_dir(&dir)
@@ -377,7 +391,7 @@ fn dense(
 
     let ids: Vec<&str> = doc_ids.iter().map(|s| &**s).collect();
     let mut docs = embed_cached(
-        settings,
+        &settings.cache,
         &mut model,
         &mut load,
         "documents",
@@ -394,7 +408,7 @@ fn dense(
     let q_ids: Vec<&str> = queries.iter().map(|q| q.id.as_str()).collect();
     let q_texts: Vec<String> = queries.iter().map(|q| q.text.clone()).collect();
     let mut query_vectors = embed_cached(
-        settings,
+        &settings.cache,
         &mut model,
         &mut load,
         "queries",
@@ -489,8 +503,8 @@ fn dense(
 
 /// Vectors of `texts` from the cache, embedding (and storing) missing shards.
 #[allow(clippy::too_many_arguments)]
-fn embed_cached(
-    settings: &Settings,
+pub(crate) fn embed_cached(
+    cache: &Path,
     model: &mut Option<Embedder>,
     load: &mut dyn FnMut() -> Result<Embedder>,
     what: &str,
@@ -502,7 +516,7 @@ fn embed_cached(
     timings: &mut Vec<StageTiming>,
 ) -> Result<Vec<f32>> {
     let started = Instant::now();
-    let shards = Shards::new(&settings.cache, what, key, ids, texts, dim, SHARD_SIZE);
+    let shards = Shards::new(cache, what, key, ids, texts, dim, SHARD_SIZE);
     let mut out = vec![0.0f32; texts.len() * dim];
     let mut missing = Vec::new();
     for i in 0..shards.count() {

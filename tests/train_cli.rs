@@ -1,0 +1,342 @@
+//! End-to-end tests of `pipeline train`: a run on the shipped fixture, a run
+//! killed with SIGKILL and resumed to the same weights, and bad input.
+#![allow(clippy::unwrap_used)] // Test helpers fail loudly.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn pipeline(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(args)
+        .output()
+        .expect("the pipeline binary runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `models/<name>`, or `None` with a note where it is not installed.
+fn installed(name: &str) -> Option<PathBuf> {
+    let dir = root().join("models").join(name);
+    if dir.join("model.safetensors").is_file() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "skipping: {} is absent (run scripts/fetch-models.sh and scripts/make_cross_encoders.py)",
+            dir.display()
+        );
+        None
+    }
+}
+
+/// A cross-encoder training configuration on the tiny fixture.
+fn config(base: &Path, miner: &Path, extra_train: &str, cache: &Path) -> String {
+    format!(
+        "[data]\ndir = \"{data}\"\nsplit = \"test\"\nsource = \"pseudo\"\n\
+         [model]\nbase = \"{base}\"\nobjective = \"cross-encoder\"\nmax_length = 64\n\
+         [pseudo]\nsingle = 4\ncomposed = 12\nneighbours = 5\n\
+         [negatives]\nminer = \"{miner}\"\ncount = 2\ndepth = 6\n\
+         [train]\nlr = 1e-4\nbatch_size = 2\nseed = 3\n{extra_train}\
+         [output]\ncache = \"{cache}\"\n",
+        data = root().join("tests/fixtures/tiny").display(),
+        base = base.display(),
+        miner = miner.display(),
+        cache = cache.display(),
+    )
+}
+
+fn write(dir: &Path, name: &str, content: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, content).unwrap();
+    p
+}
+
+#[test]
+fn train_writes_a_model_this_project_loads_and_a_rerun_finds_it() {
+    let (Some(tiny), Some(minilm)) = (installed("test-tiny-bert"), installed("all-MiniLM-L6-v2"))
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(
+        dir.path(),
+        "t.toml",
+        &config(&tiny, &minilm, "", &dir.path().join("cache")),
+    );
+    let out = dir.path().join("model");
+    let first = pipeline(&["train", "--config", path(&cfg), "--out", path(&out)]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let err = text(&first.stderr);
+    assert!(
+        err.contains("16 pseudo-labelled (4 single, 12 composed)"),
+        "{err}"
+    );
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "training.json",
+    ] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let log = std::fs::read_to_string(dir.path().join("model.training/train_log.jsonl")).unwrap();
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("training.json")).unwrap()).unwrap();
+    assert_eq!(
+        log.lines().count() as u64,
+        record["summary"]["steps"].as_u64().unwrap()
+    );
+    assert!(!dir.path().join("model.training/checkpoints").exists());
+    // The training data holds no copy of a query in its positive's text.
+    let data =
+        std::fs::read_to_string(dir.path().join("model.training/training_data.jsonl")).unwrap();
+    for line in data.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let query = v["query"].as_str().unwrap();
+        for p in v["positives"].as_array().unwrap() {
+            assert!(!p["text"].as_str().unwrap().contains(query), "{query}");
+        }
+    }
+
+    // The reranker loads it as any cross-encoder and rescores a run.
+    let reranked = dir.path().join("reranked.trec");
+    let rerank = pipeline(&[
+        "rerank",
+        "--model",
+        path(&out),
+        "--data",
+        path(&root().join("tests/fixtures/tiny")),
+        "--run",
+        path(&root().join("tests/fixtures/tiny/runs/lexical.run.trec")),
+        "--top-n",
+        "3",
+        "--output",
+        path(&reranked),
+    ]);
+    assert!(rerank.status.success(), "{}", text(&rerank.stderr));
+    let lines = std::fs::read_to_string(&reranked).unwrap();
+    let original =
+        std::fs::read_to_string(root().join("tests/fixtures/tiny/runs/lexical.run.trec")).unwrap();
+    assert_eq!(lines.lines().count(), original.lines().count());
+
+    // Same configuration, same data: nothing to do.
+    let again = pipeline(&["train", "--config", path(&cfg), "--out", path(&out)]);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert!(
+        text(&again.stderr).contains("already trained"),
+        "{}",
+        text(&again.stderr)
+    );
+    // Another configuration into the same directory: refused, untouched.
+    let before = std::fs::read(out.join("model.safetensors")).unwrap();
+    let other = write(
+        dir.path(),
+        "o.toml",
+        &config(&tiny, &minilm, "epochs = 2\n", &dir.path().join("cache")),
+    );
+    let refused = pipeline(&["train", "--config", path(&other), "--out", path(&out)]);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("another configuration"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert_eq!(
+        std::fs::read(out.join("model.safetensors")).unwrap(),
+        before
+    );
+}
+
+#[test]
+fn a_run_killed_with_sigkill_resumes_to_the_weights_of_an_uninterrupted_one() {
+    let (Some(minilm), Some(tiny)) = (installed("all-MiniLM-L6-v2"), installed("test-tiny-bert"))
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let cfg = write(
+        dir.path(),
+        "t.toml",
+        &config(&minilm, &minilm, "checkpoint_every = 2\n", &cache),
+    );
+    let killed = dir.path().join("killed");
+    let checkpoints = dir.path().join("killed.training/checkpoints");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(["train", "--config", path(&cfg), "--out", path(&killed)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let has_checkpoint = || {
+        std::fs::read_dir(&checkpoints)
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.file_name().to_string_lossy().starts_with("step-"))
+            })
+            .unwrap_or(false)
+    };
+    while !has_checkpoint() {
+        assert!(
+            started.elapsed().as_secs() < 300,
+            "no checkpoint in 5 minutes"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before a checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(!killed.exists(), "a killed run left a model directory");
+
+    // A checkpoint of another model is refused, naming it; nothing written.
+    let wrong = write(
+        dir.path(),
+        "w.toml",
+        &config(&tiny, &minilm, "checkpoint_every = 2\n", &cache),
+    );
+    let refused = pipeline(&["train", "--config", path(&wrong), "--out", path(&killed)]);
+    assert!(!refused.status.success());
+    let err = text(&refused.stderr);
+    assert!(
+        err.contains("state.json") && err.contains("another model"),
+        "{err}"
+    );
+    assert!(!killed.exists());
+
+    let resumed = pipeline(&["train", "--config", path(&cfg), "--out", path(&killed)]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(killed.join("training.json")).unwrap())
+            .unwrap();
+    assert!(
+        record["summary"]["resumed_from"].as_u64().unwrap() >= 2,
+        "{record}"
+    );
+
+    let clean = dir.path().join("clean");
+    let whole = pipeline(&["train", "--config", path(&cfg), "--out", path(&clean)]);
+    assert!(whole.status.success(), "{}", text(&whole.stderr));
+    assert_eq!(
+        std::fs::read(killed.join("model.safetensors")).unwrap(),
+        std::fs::read(clean.join("model.safetensors")).unwrap(),
+        "resumed weights differ from an uninterrupted run's"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("killed.training/train_log.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        std::fs::read_to_string(dir.path().join("clean.training/train_log.jsonl"))
+            .unwrap()
+            .lines()
+            .count()
+    );
+}
+
+/// A labelled split `train` beside the tiny fixture's skills.
+fn labelled(dir: &Path, queries: &str, qrels: &str) -> PathBuf {
+    let data = dir.join("data");
+    for sub in ["skills", "queries", "qrels"] {
+        std::fs::create_dir_all(data.join(sub)).unwrap();
+    }
+    std::fs::copy(
+        root().join("tests/fixtures/tiny/skills/test.jsonl"),
+        data.join("skills/train.jsonl"),
+    )
+    .unwrap();
+    std::fs::write(data.join("queries/train.jsonl"), queries).unwrap();
+    std::fs::write(data.join("qrels/train.jsonl"), qrels).unwrap();
+    data
+}
+
+#[test]
+fn bad_training_input_is_a_clear_error_and_nothing_is_written() {
+    let (Some(tiny), Some(minilm)) = (installed("test-tiny-bert"), installed("all-MiniLM-L6-v2"))
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let skill = |i: usize| -> String {
+        let line = std::fs::read_to_string(root().join("tests/fixtures/tiny/skills/test.jsonl"))
+            .unwrap()
+            .lines()
+            .nth(i)
+            .unwrap()
+            .to_owned();
+        serde_json::from_str::<serde_json::Value>(&line).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let queries = "{\"id\": \"t1\", \"query\": \"back up my database\"}\n{\"id\": \"t2\", \"query\": \"write release notes\"}\n";
+    let labelled_config = |data: &Path, split: &str| {
+        config(&tiny, &minilm, "", &dir.path().join("cache"))
+            .replace(
+                &format!("dir = \"{}\"", root().join("tests/fixtures/tiny").display()),
+                &format!("dir = \"{}\"", data.display()),
+            )
+            .replace("split = \"test\"", &format!("split = \"{split}\""))
+            .replace("source = \"pseudo\"", "source = \"labelled\"")
+            .replace("[pseudo]\nsingle = 4\ncomposed = 12\nneighbours = 5\n", "")
+    };
+    let out = dir.path().join("model");
+    let cases = [
+        (
+            // t2's only judgement is 0: no positive.
+            format!(
+                "{{\"query_id\": \"t1\", \"skill_id\": \"{}\", \"relevance\": 1}}\n{{\"query_id\": \"t2\", \"skill_id\": \"{}\", \"relevance\": 0}}\n",
+                skill(0),
+                skill(1)
+            ),
+            vec!["queries/train.jsonl:2", "\"t2\"", "no relevant skill"],
+        ),
+        (
+            format!(
+                "{{\"query_id\": \"t1\", \"skill_id\": \"{}\", \"relevance\": 1}}\n{{\"query_id\": \"t2\", \"skill_id\": \"no-such-skill\", \"relevance\": 1}}\n",
+                skill(0)
+            ),
+            vec!["qrels/train.jsonl:2", "skill_id", "no-such-skill"],
+        ),
+    ];
+    for (i, (qrels, needles)) in cases.iter().enumerate() {
+        let case = dir.path().join(format!("case{i}"));
+        std::fs::create_dir_all(&case).unwrap();
+        let data = labelled(&case, queries, qrels);
+        let cfg = write(&case, "t.toml", &labelled_config(&data, "train"));
+        let o = pipeline(&["train", "--config", path(&cfg), "--out", path(&out)]);
+        assert!(!o.status.success(), "case {i} succeeded");
+        let err = text(&o.stderr);
+        for n in needles {
+            assert!(err.contains(n), "{n:?} not in {err}");
+        }
+        assert!(
+            !out.exists() && !dir.path().join("model.training").exists(),
+            "case {i} wrote output"
+        );
+    }
+    // Training on the split it is evaluated on.
+    let data = labelled(dir.path(), queries, "");
+    let cfg = write(dir.path(), "e.toml", &labelled_config(&data, "test"));
+    let o = pipeline(&["train", "--config", path(&cfg), "--out", path(&out)]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("e.toml") && err.contains("evaluated on"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
