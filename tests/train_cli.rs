@@ -68,10 +68,15 @@ fn train_writes_a_model_this_project_loads_and_a_rerun_finds_it() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
+    // Skills shown without their intents: a query is never a copy of its
+    // positive's text.
     let cfg = write(
         dir.path(),
         "t.toml",
-        &config(&tiny, &minilm, "", &dir.path().join("cache")),
+        &config(&tiny, &minilm, "", &dir.path().join("cache")).replace(
+            "neighbours = 5\n",
+            "neighbours = 5\ndocuments = \"without-intents\"\n",
+        ),
     );
     let out = dir.path().join("model");
     let first = pipeline(&["train", "--config", path(&cfg), "--out", path(&out)]);
@@ -97,14 +102,16 @@ fn train_writes_a_model_this_project_loads_and_a_rerun_finds_it() {
         record["summary"]["steps"].as_u64().unwrap()
     );
     assert!(!dir.path().join("model.training/checkpoints").exists());
-    // The training data holds no copy of a query in its positive's text.
+    // The training data holds no copy of a query in its positive's text,
+    // and no skill text keeps its frontmatter.
     let data =
         std::fs::read_to_string(dir.path().join("model.training/training_data.jsonl")).unwrap();
     for line in data.lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         let query = v["query"].as_str().unwrap();
         for p in v["positives"].as_array().unwrap() {
-            assert!(!p["text"].as_str().unwrap().contains(query), "{query}");
+            let doc = p["text"].as_str().unwrap();
+            assert!(!doc.contains(query) && !doc.contains("\n---"), "{query}");
         }
     }
 
@@ -336,6 +343,35 @@ fn bad_training_input_is_a_clear_error_and_nothing_is_written() {
     let err = text(&o.stderr);
     assert!(
         err.contains("e.toml") && err.contains("evaluated on"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn the_labelled_skillret_config_fails_fast_offline_with_the_hint() {
+    let Some(_) = installed("all-MiniLM-L6-v2") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model");
+    let o = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .current_dir(root())
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_HOME", dir.path().join("hf"))
+        .args([
+            "train",
+            "--config",
+            "configs/train/reranker-minilm-skillret.toml",
+            "--out",
+            path(&out),
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("train.jsonl") && err.contains("--data"),
         "{err}"
     );
     assert!(!out.exists());

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
-use train::recipe::{MineOptions, PseudoOptions};
+use train::recipe::{DocumentText, MineOptions, PseudoOptions};
 use train::trainer::{PairLoss, RunSettings};
 
 use crate::config::{DataSource, ModelRef, model_ref, read_toml};
@@ -66,6 +66,8 @@ struct RawPseudo {
     #[serde(default = "default_neighbours")]
     neighbours: usize,
     seed: Option<u64>,
+    #[serde(default)]
+    documents: DocumentText,
 }
 
 #[derive(Debug, Deserialize)]
@@ -305,6 +307,7 @@ fn resolve(
                 neighbours: p.neighbours,
                 near_duplicate: raw.negatives.near_duplicate,
                 seed: p.seed.unwrap_or(raw.train.seed),
+                documents: p.documents,
             })
         }
     };

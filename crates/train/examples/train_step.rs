@@ -1,15 +1,16 @@
-//! Times training steps of a BERT model on one fixed batch and reports
-//! tokens/s and peak RSS: `cargo run --release -p train --example
-//! train_step -- models/all-MiniLM-L6-v2 cross 16 256 3`.
+//! Times the trainer on fixed synthetic batches and reports tokens/s and
+//! peak RSS per step:
+//!   cargo run --release -p train --example train_step -- models/all-MiniLM-L6-v2 cross 16 256 3
+//! (model, cross | bi, sequences per step, tokens per sequence, steps). A
+//! cross-encoder step holds sequences/4 queries of 1 positive + 3
+//! negatives; a bi-encoder step sequences/2 (anchor, positive) pairs.
 
 use std::path::PathBuf;
-use std::time::Instant;
 
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 use embedder::Tokens;
-use train::loss::{binary_cross_entropy, multiple_negatives_ranking};
-use train::optim::{AdamW, AdamWConfig};
-use train::{Batch, Bert, Dropout, Head, LoadOptions};
+use train::trainer::{Example, PairLoss, RunDir, RunSettings, StepLog};
+use train::{Bert, Head, LoadOptions};
 
 fn peak_rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -38,7 +39,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         Head::MeanPooling
     };
-    let device = Device::Cpu;
     let model = Bert::load(
         &dir,
         &LoadOptions {
@@ -47,42 +47,62 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             frozen_layers: 0,
             seed: 1,
         },
-        &device,
+        &Device::Cpu,
     )?;
-    let seqs: Vec<Tokens> = (0..batch)
-        .map(|b| Tokens {
+    let mut k = 0usize;
+    let mut seq = || {
+        k += 1;
+        Tokens {
             ids: (0..len)
-                .map(|i| 1000 + ((i * 7 + b * 13) % 20000) as u32)
+                .map(|i| 1000 + ((i * 7 + k * 13) % 20000) as u32)
                 .collect(),
             types: vec![0; len],
+        }
+    };
+    let per_step = if cross { batch / 4 } else { batch / 2 };
+    let examples: Vec<Example> = (0..per_step * steps)
+        .map(|_| {
+            if cross {
+                Example::Pairs {
+                    pairs: (0..4).map(|_| seq()).collect(),
+                    labels: vec![1.0, 0.0, 0.0, 0.0],
+                }
+            } else {
+                Example::Triplet {
+                    anchor: seq(),
+                    positive: seq(),
+                    negatives: Vec::new(),
+                }
+            }
         })
         .collect();
-    let input = Batch::new(&seqs, 0, &device)?;
-    let mut opt = AdamW::new(AdamWConfig::default(), model.params())?;
-    let labels = Tensor::new(
-        (0..batch).map(|i| (i % 2) as f32).collect::<Vec<_>>(),
-        &device,
-    )?;
-    for step in 0..steps {
-        let t = Instant::now();
-        let mut dropout = Some(Dropout::for_step(1, step as u64));
-        let loss = if cross {
-            binary_cross_entropy(&model.logits(&input, &mut dropout)?, &labels)?
-        } else {
-            let e = model.embed(&input, &mut dropout)?;
-            let half = batch / 2;
-            multiple_negatives_ranking(&e.narrow(0, 0, half)?, &e.narrow(0, half, half)?, 20.0)?
-        };
-        let forward = t.elapsed().as_secs_f64();
-        let grads = loss.backward()?;
-        let backward = t.elapsed().as_secs_f64() - forward;
-        opt.step(model.params(), &grads, 1e-5)?;
-        let total = t.elapsed().as_secs_f64();
+    let settings = RunSettings {
+        lr: 1e-5,
+        weight_decay: 0.01,
+        warmup_ratio: 0.0,
+        epochs: 1,
+        batch_size: per_step,
+        batch_tokens: usize::MAX,
+        max_grad_norm: 1.0,
+        scale: 20.0,
+        seed: 1,
+        loss: PairLoss::Bce,
+    };
+    let work = tempfile::tempdir()?;
+    let run = RunDir {
+        dir: work.path().to_path_buf(),
+        fingerprint: "bench".to_owned(),
+        base: dir.display().to_string(),
+        checkpoint_every: 0,
+    };
+    train::trainer::train(&model, &examples, &settings, &run, &mut |s: &StepLog| {
         println!(
-            "step {step}: forward {forward:.2} s, backward {backward:.2} s, total {total:.2} s, {:.0} tokens/s, peak RSS {:.0} MiB",
-            (batch * len) as f64 / total,
+            "step {}: {:.2} s, {:.0} tokens/s, peak RSS {:.0} MiB",
+            s.step,
+            s.seconds,
+            s.tokens as f64 / s.seconds,
             peak_rss_mib()
         );
-    }
+    })?;
     Ok(())
 }

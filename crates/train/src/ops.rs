@@ -26,6 +26,56 @@ pub fn masked_softmax(scores: &Tensor, bias: &Tensor, scale: f64) -> Result<Tens
     Ok(candle_nn::ops::softmax(&x, D::Minus1)?)
 }
 
+/// `x ⊙ mask` where `mask` is a constant (dropout's scaled keep-mask). On
+/// the CPU a custom op whose backward pass is `grad ⊙ mask` alone: composed
+/// as a product, candle's backward pass would also compute (and keep until
+/// the end of the pass) a gradient for the mask, as large as `x`.
+pub fn masked(x: &Tensor, mask: &Tensor) -> Result<Tensor> {
+    if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 && x.shape() == mask.shape() {
+        return Ok(x.contiguous()?.apply_op1(MaskOp {
+            mask: mask.contiguous()?,
+        })?);
+    }
+    Ok(x.mul(mask)?)
+}
+
+struct MaskOp {
+    mask: Tensor,
+}
+
+impl candle_core::CustomOp1 for MaskOp {
+    fn name(&self) -> &'static str {
+        "constant-mask"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = f32_slice(s, l, "input")?;
+        let (storage, layout) = self.mask.storage_and_layout();
+        let candle_core::Storage::Cpu(storage) = &*storage else {
+            candle_core::bail!("constant mask: expected a CPU mask");
+        };
+        let m = f32_slice(storage, layout, "mask")?;
+        let mut out = vec![0f32; x.len()];
+        out.par_chunks_mut(4096)
+            .zip(x.par_chunks(4096).zip(m.par_chunks(4096)))
+            .for_each(|(o, (x, m))| {
+                for ((o, x), m) in o.iter_mut().zip(x).zip(m) {
+                    *o = x * m;
+                }
+            });
+        Ok((CpuStorage::F32(out), l.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(grad.mul(&self.mask)?))
+    }
+}
+
 fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<&'a [f32]> {
     match (s, l.contiguous_offsets()) {
         (CpuStorage::F32(v), Some((start, end))) => Ok(&v[start..end]),

@@ -5,10 +5,12 @@
 //! The pseudo-labelled recipe reads nothing but the skills:
 //! - each skill's *intents* are its frontmatter description (the "what" and
 //!   its "Use when …" clause) and the items of its "When to use" / "Use this
-//!   skill when" / "Triggers" sections; those sections, the frontmatter and
-//!   the description are removed from the text the model sees for the skill,
-//!   so a query is never a copy of its positive;
+//!   skill when" / "Triggers" sections (optionally removed from the text the
+//!   model sees for every skill, so a query is never a copy of its positive:
+//!   [`DocumentText::WithoutIntents`]);
 //! - a *single* query is one skill's description;
+//! - the text the model reads for each skill is, by default, the official
+//!   `name | description | skill_md` of evaluation time ([`DocumentText`]);
 //! - a *composed* query asks for two or three related skills at once (a
 //!   skill and neighbours the first stage finds for it, near-duplicates
 //!   excluded), one or two intents each, joined as one long request with a
@@ -67,6 +69,37 @@ pub struct PseudoOptions {
     pub near_duplicate: f32,
     /// Seed of every choice.
     pub seed: u64,
+    /// The text the model reads for every skill, positive or negative.
+    #[serde(default)]
+    pub documents: DocumentText,
+}
+
+/// The text a pseudo-labelled recipe shows the model for each skill.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DocumentText {
+    /// The official `name | description | skill_md`, as retrieval and
+    /// reranking see it at evaluation time. Queries made from a skill's
+    /// intents then overlap its text, as real requests overlap a relevant
+    /// skill's description.
+    #[default]
+    Official,
+    /// `name | body` with the frontmatter, the description and the trigger
+    /// sections removed ([`Intents::document`]): a query is never a copy of
+    /// its positive. Measured on the shared sample, a cross-encoder trained
+    /// so ranks worse than chance: it learns that a skill whose text echoes
+    /// the request is the negative.
+    WithoutIntents,
+}
+
+impl DocumentText {
+    /// The text of `skill` under this choice.
+    pub fn of(self, skill: &Skill) -> String {
+        match self {
+            Self::Official => skill.text(),
+            Self::WithoutIntents => intents(skill).document,
+        }
+    }
 }
 
 /// How hard negatives are mined.
@@ -532,6 +565,7 @@ mod tests {
             neighbours: 3,
             near_duplicate: 0.99,
             seed: 7,
+            documents: DocumentText::Official,
         };
         let a = pseudo_drafts(&skills, &vectors, 3, &options).unwrap();
         assert_eq!(a, pseudo_drafts(&skills, &vectors, 3, &options).unwrap());

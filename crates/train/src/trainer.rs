@@ -320,8 +320,8 @@ pub fn train(
         let begun = Instant::now();
         let batch: Vec<&Example> = indices.iter().map(|&i| &examples[i]).collect();
         let mut dropout = Some(Dropout::for_step(settings.seed, step));
-        let (loss, batch_tokens) = loss_of(model, &batch, settings, &device, &mut dropout)?;
-        let mut grads = loss.backward()?;
+        let (loss, mut grads, batch_tokens) =
+            accumulated(model, &batch, settings, &device, &mut dropout)?;
         let grad_norm = clip_grad_norm(model.params(), &mut grads, settings.max_grad_norm)?;
         let lr = schedule.lr(step);
         optimizer.step(model.params(), &grads, lr)?;
@@ -329,7 +329,7 @@ pub fn train(
             step: step + 1,
             steps,
             epoch: *epoch,
-            loss: f64::from(loss.to_scalar::<f32>()?),
+            loss,
             lr,
             grad_norm,
             tokens: batch_tokens,
@@ -367,6 +367,88 @@ pub fn train(
         },
         seconds,
     })
+}
+
+/// Sequences per forward and backward pass of a cross-encoder step (a
+/// whole query's list at least): the step's gradient is accumulated over
+/// passes, so memory follows this, not the batch.
+const PAIRS_PER_PASS: usize = 16;
+
+/// The loss of a step and its gradient. A cross-encoder's batch goes
+/// through in passes of whole examples (at most [`PAIRS_PER_PASS`]
+/// sequences, one example at least), each pass's loss weighted by its share
+/// of the batch (pairs for BCE, queries for listwise), so that the summed
+/// gradient is the whole batch's. MNRL compares every anchor with every
+/// candidate of the batch and takes it in one pass.
+fn accumulated(
+    model: &Bert,
+    batch: &[&Example],
+    settings: &RunSettings,
+    device: &Device,
+    dropout: &mut Option<Dropout>,
+) -> Result<(f64, candle_core::backprop::GradStore, usize)> {
+    if model.head() == Head::MeanPooling {
+        let (loss, tokens) = loss_of(model, batch, settings, device, dropout)?;
+        return Ok((
+            f64::from(loss.to_scalar::<f32>()?),
+            only_params(model, loss.backward()?)?,
+            tokens,
+        ));
+    }
+    let pairs: usize = batch.iter().map(|e| e.sequences()).sum();
+    let mut passes: Vec<&[&Example]> = Vec::new();
+    let mut start = 0;
+    while start < batch.len() {
+        let mut end = start + 1;
+        let mut n = batch[start].sequences();
+        while end < batch.len() && n + batch[end].sequences() <= PAIRS_PER_PASS {
+            n += batch[end].sequences();
+            end += 1;
+        }
+        passes.push(&batch[start..end]);
+        start = end;
+    }
+    let (mut value, mut tokens, mut grads) = (0f64, 0usize, None);
+    for pass in passes {
+        let share = match settings.loss {
+            PairLoss::Bce => {
+                pass.iter().map(|e| e.sequences()).sum::<usize>() as f64 / pairs as f64
+            }
+            PairLoss::Listwise => pass.len() as f64 / batch.len() as f64,
+        };
+        let (loss, t) = loss_of(model, pass, settings, device, dropout)?;
+        let loss = (loss * share)?;
+        value += f64::from(loss.to_scalar::<f32>()?);
+        tokens += t;
+        let g = only_params(model, loss.backward()?)?;
+        drop(loss);
+        match &mut grads {
+            None => grads = Some(g),
+            Some(acc) => candle_core::backprop::GradStore::extend(acc, g)?,
+        }
+    }
+    let grads = grads.ok_or_else(|| Error::Invalid("an empty batch".to_owned()))?;
+    Ok((value, grads, tokens))
+}
+
+/// The parameters' gradients alone. candle's backward pass also leaves a
+/// gradient for every constant a tracked tensor was combined with (key
+/// masks, labels, dropout masks: activation-sized), which would otherwise
+/// live until the optimiser step — across every pass of an accumulated
+/// step.
+fn only_params(
+    model: &Bert,
+    mut all: candle_core::backprop::GradStore,
+) -> Result<candle_core::backprop::GradStore> {
+    // An empty store is not constructible; a scalar's backward pass gives
+    // one holding only that scalar.
+    let mut kept = Tensor::zeros((), candle_core::DType::F32, model.device())?.backward()?;
+    for p in model.params() {
+        if let Some(g) = all.remove(p.var.as_tensor()) {
+            kept.insert(p.var.as_tensor(), g.detach());
+        }
+    }
+    Ok(kept)
 }
 
 fn loss_of(

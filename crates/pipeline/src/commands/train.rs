@@ -57,15 +57,13 @@ pub(crate) fn run(args: &TrainArgs) -> Result<()> {
     timings.push(StageTiming::new(
         "data",
         started,
-        format!(
-            "{} skills; {} {} queries",
-            skills.len(),
-            drafts.as_ref().map_or(0, Vec::len),
-            match settings.source {
-                Source::Labelled => "labelled",
-                Source::Pseudo => "pseudo-labelled (to make)",
-            }
-        ),
+        match &drafts {
+            Some(d) => format!("{} skills; {} labelled queries", skills.len(), d.len()),
+            None => format!(
+                "{} skills (the pseudo-labelled recipe reads nothing else)",
+                skills.len()
+            ),
+        },
     ));
     summary(timings.last());
 
@@ -246,7 +244,12 @@ fn load(settings: &TrainSettings) -> Result<Loaded> {
             for w in &warnings {
                 eprintln!("warning: {w}");
             }
-            let documents = skills.iter().map(|s| recipe::intents(s).document).collect();
+            let text = settings
+                .pseudo
+                .as_ref()
+                .map(|p| p.documents)
+                .unwrap_or_default();
+            let documents = skills.iter().map(|s| text.of(s)).collect();
             Ok((skills, None, documents))
         }
         Source::Labelled => {
