@@ -81,6 +81,8 @@ struct RawNegatives {
     depth: usize,
     #[serde(default = "default_near_duplicate")]
     near_duplicate: f32,
+    #[serde(default = "default_from_rank")]
+    from_rank: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -143,6 +145,9 @@ fn default_depth() -> usize {
 }
 fn default_near_duplicate() -> f32 {
     0.95
+}
+fn default_from_rank() -> usize {
+    1
 }
 fn default_lr() -> f64 {
     2e-5
@@ -315,8 +320,11 @@ fn resolve(
     if !(n.near_duplicate > 0.0 && n.near_duplicate <= 1.0) {
         bail!("{file}: [negatives] near_duplicate must be a cosine in (0, 1]");
     }
-    if n.count > 0 && n.depth <= n.count {
-        bail!("{file}: [negatives] depth must exceed count");
+    if n.from_rank == 0 {
+        bail!("{file}: [negatives] from_rank is 1-based (1: from the top)");
+    }
+    if n.count > 0 && n.depth < n.from_rank + n.count {
+        bail!("{file}: [negatives] depth must exceed count (from rank from_rank on)");
     }
     if m.objective == Objective::CrossEncoder && n.count == 0 {
         bail!("{file}: a cross-encoder needs negatives: [negatives] count ≥ 1");
@@ -364,6 +372,7 @@ fn resolve(
             count: n.count,
             depth: n.depth,
             near_duplicate: n.near_duplicate,
+            from_rank: n.from_rank,
         },
         run: RunSettings {
             lr: t.lr,

@@ -111,6 +111,15 @@ pub struct MineOptions {
     pub depth: usize,
     /// Cosine at or above which a skill is a near-duplicate of a positive.
     pub near_duplicate: f32,
+    /// The first rank (1-based) negatives may come from: skipping the first
+    /// stage's top ranks keeps the skills most like the request out of the
+    /// negatives.
+    #[serde(default = "first_rank")]
+    pub from_rank: usize,
+}
+
+fn first_rank() -> usize {
+    1
 }
 
 /// A skill split into what a user would ask for and what the model reads.
@@ -432,8 +441,9 @@ pub fn labelled_drafts(data: &Dataset) -> Result<Vec<Draft>> {
 }
 
 /// Hard negatives for each draft from the first stage's vectors: the
-/// best-ranked skills below the draft's best-ranked positive, within
-/// `depth`, skipping positives and near-duplicates of a positive. Drafts
+/// best-ranked skills below the draft's best-ranked positive (and from rank
+/// `from_rank` on), within `depth`, skipping positives and near-duplicates
+/// of a positive. Drafts
 /// with fewer than `count` such skills are dropped (their number is
 /// returned beside the samples).
 pub fn mine(
@@ -466,7 +476,10 @@ pub fn mine(
             .iter()
             .position(|(i, _)| positives.contains(i))
             .map_or(0, |p| p + 1);
-        let negatives: Vec<usize> = ranked[best.min(ranked.len())..]
+        let start = best
+            .max(options.from_rank.saturating_sub(1))
+            .min(ranked.len());
+        let negatives: Vec<usize> = ranked[start..]
             .iter()
             .map(|&(i, _)| i)
             .filter(|i| !positives.contains(i))
@@ -609,6 +622,7 @@ mod tests {
             count: 2,
             depth: 6,
             near_duplicate: 0.999,
+            from_rank: 1,
         };
         let (samples, dropped) = mine(&drafts, &q, &docs, 2, &options).unwrap();
         assert_eq!((samples[0].negatives.clone(), dropped), (vec![3, 4], 0));
