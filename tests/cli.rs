@@ -1,29 +1,12 @@
 //! End-to-end tests of the `pipeline` command on the shipped tiny fixture.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
+mod common;
+
+use common::{fixture, installed, path, pipeline, text};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(rel)
-}
-
-fn pipeline(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .args(args)
-        .output()
-        .expect("the pipeline binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 #[test]
 fn eval_json_has_exactly_the_official_keys_and_the_extras() {
@@ -212,22 +195,6 @@ fn help_teaches() {
     let out = pipeline(&["eval", "--qrels", "x", "--run", "y", "--k", "0"]);
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("cut-offs must be positive"));
-}
-
-/// An installed model directory, or `None` with a note saying how to install it.
-fn installed(name: &str) -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../models")
-        .join(name);
-    if dir.join("model.safetensors").is_file() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "skipping: {} is absent (run scripts/fetch-models.sh and scripts/make_cross_encoders.py)",
-            dir.display()
-        );
-        None
-    }
 }
 
 fn minilm() -> Option<PathBuf> {

@@ -2,42 +2,13 @@
 //! killed with SIGKILL and resumed to the same weights, and bad input.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
+mod common;
+
+use common::{installed, path, pipeline, root, text};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn pipeline(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pipeline"))
-        .args(args)
-        .output()
-        .expect("the pipeline binary runs")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// `models/<name>`, or `None` with a note where it is not installed.
-fn installed(name: &str) -> Option<PathBuf> {
-    let dir = root().join("models").join(name);
-    if dir.join("model.safetensors").is_file() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "skipping: {} is absent (run scripts/fetch-models.sh and scripts/make_cross_encoders.py)",
-            dir.display()
-        );
-        None
-    }
-}
 
 /// A cross-encoder training configuration on the tiny fixture.
 fn config(base: &Path, miner: &Path, extra_train: &str, cache: &Path) -> String {

@@ -178,6 +178,29 @@ pub enum DataSource {
     Hub(String),
 }
 
+impl DataSource {
+    /// The `[data]` section's source: `--data` first, else exactly one of
+    /// `dir` and `hub_revision`.
+    pub(crate) fn resolve(
+        file: &impl std::fmt::Display,
+        over: Option<&Path>,
+        dir: Option<PathBuf>,
+        hub_revision: Option<String>,
+    ) -> Result<Self> {
+        Ok(match (over, dir, hub_revision) {
+            (Some(dir), _, _) => Self::Dir(dir.to_path_buf()),
+            (None, Some(dir), None) => Self::Dir(dir),
+            (None, None, Some(revision)) => Self::Hub(revision),
+            (None, Some(_), Some(_)) => {
+                bail!("{file}: [data] has both `dir` and `hub_revision`; keep one")
+            }
+            (None, None, None) => bail!(
+                "{file}: [data] needs `dir` (a local SkillRet directory) or `hub_revision` (v1.0, v1.1 or a commit), or pass --data"
+            ),
+        })
+    }
+}
+
 /// A model: a local directory or a Hub id at a commit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelRef {
@@ -318,17 +341,12 @@ pub(crate) fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T
 
 fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
     let file = path.display();
-    let data = match (&overrides.data, raw.data.dir, raw.data.hub_revision) {
-        (Some(dir), _, _) => DataSource::Dir(dir.clone()),
-        (None, Some(dir), None) => DataSource::Dir(dir),
-        (None, None, Some(revision)) => DataSource::Hub(revision),
-        (None, Some(_), Some(_)) => {
-            bail!("{file}: [data] has both `dir` and `hub_revision`; keep one")
-        }
-        (None, None, None) => bail!(
-            "{file}: [data] needs `dir` (a local SkillRet directory) or `hub_revision` (v1.0, v1.1 or a commit), or pass --data"
-        ),
-    };
+    let data = DataSource::resolve(
+        &file,
+        overrides.data.as_deref(),
+        raw.data.dir,
+        raw.data.hub_revision,
+    )?;
     let r = raw.retriever;
     if r.top_n == 0 {
         bail!("{file}: [retriever] top_n must be at least 1");

@@ -256,17 +256,12 @@ fn resolve(
     out: Option<&Path>,
 ) -> Result<TrainSettings> {
     let file = path.display().to_string();
-    let source = match (data, raw.data.dir.clone(), raw.data.hub_revision.clone()) {
-        (Some(dir), _, _) => DataSource::Dir(dir.to_path_buf()),
-        (None, Some(dir), None) => DataSource::Dir(dir),
-        (None, None, Some(revision)) => DataSource::Hub(revision),
-        (None, Some(_), Some(_)) => {
-            bail!("{file}: [data] has both `dir` and `hub_revision`; keep one")
-        }
-        (None, None, None) => bail!(
-            "{file}: [data] needs `dir` (a SkillRet directory) or `hub_revision`, or pass --data"
-        ),
-    };
+    let source = DataSource::resolve(
+        &file,
+        data,
+        raw.data.dir.clone(),
+        raw.data.hub_revision.clone(),
+    )?;
     let d = &raw.data;
     if d.source == Source::Labelled && d.split == d.evaluate_on {
         bail!(

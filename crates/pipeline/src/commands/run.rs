@@ -208,16 +208,18 @@ pub(crate) fn summary(timing: Option<&StageTiming>) {
 }
 
 fn load_data(settings: &Settings) -> Result<Dataset> {
-    match &settings.data {
-        DataSource::Dir(dir) => Dataset::load(dir, &settings.split)
+    load_dataset(&settings.data, &settings.split)
+}
+
+/// A split from a local directory or a pinned Hub revision.
+pub(crate) fn load_dataset(data: &DataSource, split: &str) -> Result<Dataset> {
+    match data {
+        DataSource::Dir(dir) => Dataset::load(dir, split)
             .with_context(|| format!("loading SkillRet data from {}", dir.display())),
         DataSource::Hub(revision) => {
             let revision = eval::hub::Revision::find(revision)?;
-            let files = eval::hub::fetch_split(
-                revision,
-                &settings.split,
-                &eval::hub::HubOptions::from_env(),
-            )?;
+            let files =
+                eval::hub::fetch_split(revision, split, &eval::hub::HubOptions::from_env())?;
             Ok(Dataset::from_files(&files)?)
         }
     }

@@ -23,7 +23,7 @@ use train::{Bert, Head, LoadOptions};
 
 use crate::cache::{hex, model_fingerprint};
 use crate::cli::TrainArgs;
-use crate::commands::run::{embed_cached, resolve_model, summary};
+use crate::commands::run::{embed_cached, load_dataset, resolve_model, summary};
 use crate::config::DataSource;
 use crate::report::StageTiming;
 use crate::train_config::{Objective, Source, TrainSettings};
@@ -253,19 +253,7 @@ fn load(settings: &TrainSettings) -> Result<Loaded> {
             Ok((skills, None, documents))
         }
         Source::Labelled => {
-            let data = match &settings.data {
-                DataSource::Dir(dir) => eval::Dataset::load(dir, &settings.split)
-                    .with_context(|| format!("loading training data from {}", dir.display()))?,
-                DataSource::Hub(revision) => {
-                    let revision = eval::hub::Revision::find(revision)?;
-                    let files = eval::hub::fetch_split(
-                        revision,
-                        &settings.split,
-                        &eval::hub::HubOptions::from_env(),
-                    )?;
-                    eval::Dataset::from_files(&files)?
-                }
-            };
+            let data = load_dataset(&settings.data, &settings.split)?;
             let drafts = recipe::labelled_drafts(&data)?;
             let documents = data.skills.iter().map(Skill::text).collect();
             Ok((data.skills, Some(drafts), documents))
