@@ -109,8 +109,8 @@ configuration gives the same weights.
 The configuration (see configs/train/): [data] dir or hub_revision, split, source = \
 labelled | pseudo, evaluate_on (default \"test\"; its queries and qrels are never read); \
 [model] base, revision, objective = bi-encoder | cross-encoder, max_length, \
-frozen_layers, dropout; [pseudo] single, composed, skills_per_query, neighbours, seed; \
-[negatives] miner, revision, count, depth, near_duplicate; [train] loss = bce | listwise, \
+frozen_layers, dropout; [pseudo] single, composed, skills_per_query, neighbours, seed, documents, details; \
+[negatives] miner, revision, count, from_rank, depth, near_duplicate; [train] loss = bce | listwise, \
 lr, weight_decay, warmup_ratio, epochs, batch_size, batch_tokens (padded tokens per \
 step), max_grad_norm, scale, seed, checkpoint_every; [output] dir, cache. Unknown keys \
 are errors.

@@ -68,6 +68,8 @@ struct RawPseudo {
     seed: Option<u64>,
     #[serde(default)]
     documents: DocumentText,
+    #[serde(default)]
+    details: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -294,8 +296,8 @@ fn resolve(
                 bail!("{file}: [pseudo] makes no queries: set single and/or composed");
             }
             let [lo, hi] = p.skills_per_query;
-            if lo < 2 || hi < lo {
-                bail!("{file}: [pseudo] skills_per_query = [{lo}, {hi}] needs 2 ≤ fewest ≤ most");
+            if lo < 1 || hi < lo {
+                bail!("{file}: [pseudo] skills_per_query = [{lo}, {hi}] needs 1 ≤ fewest ≤ most");
             }
             if p.neighbours == 0 {
                 bail!("{file}: [pseudo] neighbours must be at least 1");
@@ -308,6 +310,7 @@ fn resolve(
                 near_duplicate: raw.negatives.near_duplicate,
                 seed: p.seed.unwrap_or(raw.train.seed),
                 documents: p.documents,
+                details: p.details,
             })
         }
     };

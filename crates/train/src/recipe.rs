@@ -11,10 +11,11 @@
 //! - a *single* query is one skill's description;
 //! - the text the model reads for each skill is, by default, the official
 //!   `name | description | skill_md` of evaluation time ([`DocumentText`]);
-//! - a *composed* query asks for two or three related skills at once (a
-//!   skill and neighbours the first stage finds for it, near-duplicates
-//!   excluded), one or two intents each, joined as one long request with a
-//!   little unrelated context, to resemble SkillRet's multi-skill requests;
+//! - a *composed* query asks for one, two or three related skills at once
+//!   (a skill and neighbours the first stage finds for it, near-duplicates
+//!   excluded), one or two intents each (up to three when it asks for one
+//!   skill), joined as one long request with a little unrelated context, to
+//!   resemble SkillRet's requests (most ask for one skill, some for two);
 //! - hard negatives are the first stage's best-ranked skills below the best
 //!   positive, skipping near-duplicates of any positive (the same skill
 //!   copied across repositories would otherwise be taught as irrelevant).
@@ -72,6 +73,11 @@ pub struct PseudoOptions {
     /// The text the model reads for every skill, positive or negative.
     #[serde(default)]
     pub documents: DocumentText,
+    /// Most body details ([`Intents::details`]) a composed request adds per
+    /// skill (0: none; then left out of the serialised options, so the
+    /// fingerprints of models trained before the option existed still hold).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub details: usize,
 }
 
 /// The text a pseudo-labelled recipe shows the model for each skill.
@@ -118,6 +124,10 @@ pub struct MineOptions {
     pub from_rank: usize,
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 fn first_rank() -> usize {
     1
 }
@@ -133,7 +143,16 @@ pub struct Intents {
     /// `name | body`, the body being the skill's Markdown without its
     /// frontmatter and trigger sections.
     pub document: String,
+    /// Specifics from the body: its first [`MAX_DETAILS`] list items outside
+    /// trigger sections and code blocks (the tools, commands and steps a
+    /// skill covers, near enough to its start that a reranker's truncated
+    /// view still holds them), as the scenario details of a request written
+    /// from the whole skill.
+    pub details: Vec<String>,
 }
+
+/// The most body list items kept as a skill's details.
+pub const MAX_DETAILS: usize = 6;
 
 /// Headings whose sections say when to use a skill.
 fn is_trigger_heading(heading: &str) -> bool {
@@ -193,8 +212,13 @@ pub fn intents(skill: &Skill) -> Intents {
         md = rest[end + 4..].trim_start_matches(['-', '\n', '\r']);
     }
     let mut body = String::new();
+    let mut details = Vec::new();
     let mut skipping: Option<usize> = None;
+    let mut in_code = false;
     for line in md.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        }
         let level = line.chars().take_while(|&c| c == '#').count();
         if level > 0 && line[level..].starts_with(' ') {
             if skipping.is_some_and(|l| level <= l) {
@@ -218,6 +242,20 @@ pub fn intents(skill: &Skill) -> Intents {
             }
             continue;
         }
+        let trimmed = line.trim_start();
+        if !in_code && trimmed.starts_with(['-', '*', '+']) {
+            let item = clean(
+                &trimmed[1..]
+                    .replace("**", "")
+                    .replace('`', "")
+                    .replace("[ ]", "")
+                    .replace("[x]", ""),
+            );
+            if details.len() < MAX_DETAILS && (20..=160).contains(&item.len()) && item.contains(' ')
+            {
+                details.push(item.trim_end_matches([':', '.']).to_owned());
+            }
+        }
         body.push_str(line);
         body.push('\n');
     }
@@ -230,6 +268,7 @@ pub fn intents(skill: &Skill) -> Intents {
         description,
         intents,
         document,
+        details,
     }
 }
 
@@ -274,6 +313,12 @@ const FIRST: &[&str] = &[
 ];
 const THEN: &[&str] = &["Then", "Also,", "On top of that,", "After that,", "Next,"];
 const LAST: &[&str] = &["Finally,", "And lastly,", "Once that's done,"];
+const DETAIL: &[&str] = &[
+    "It should cover",
+    "Specifically:",
+    "Make sure it handles",
+    "In particular,",
+];
 const CLOSERS: &[&str] = &[
     "Please walk me through it step by step.",
     "Keep it practical; we don't have much time.",
@@ -302,9 +347,9 @@ pub fn pseudo_drafts(
     options: &PseudoOptions,
 ) -> Result<Vec<Draft>> {
     let (lo, hi) = options.skills_per_query;
-    if lo < 2 || hi < lo {
+    if lo < 1 || hi < lo {
         return Err(Error::Invalid(format!(
-            "skills_per_query = [{lo}, {hi}]: a composed request needs 2 ≤ fewest ≤ most"
+            "skills_per_query = [{lo}, {hi}]: a composed request needs 1 ≤ fewest ≤ most"
         )));
     }
     if doc_vectors.len() != skills.len() * dim {
@@ -354,9 +399,12 @@ pub fn pseudo_drafts(
                 chosen.push(candidate);
             }
         }
-        if chosen.len() < 2 {
+        if chosen.len() < want.min(2) {
             continue;
         }
+        // A request about one skill states more of its intents, as
+        // SkillRet's single-skill scenarios (most of them) do.
+        let most = if chosen.len() == 1 { 3 } else { 2 };
         let mut parts = vec![
             OPENERS
                 .choose(&mut rng)
@@ -371,16 +419,34 @@ pub fn pseudo_drafts(
                 _ => THEN,
             };
             let intents = &skills[s].intents;
-            let take = rng.random_range(1..=2.min(intents.len()));
+            let take = rng.random_range(1..=most.min(intents.len()));
             let picked: Vec<String> = intents
                 .choose_multiple(&mut rng, take)
                 .map(|t| lower_first(as_need(t).trim_end_matches('.')))
                 .collect();
-            parts.push(format!(
+            let mut ask = format!(
                 "{} {}.",
                 lead.choose(&mut rng).copied().unwrap_or_default(),
                 picked.join("; and ")
-            ));
+            );
+            let details = &skills[s].details;
+            let most_details = options.details.min(details.len());
+            let n = match most_details {
+                0 => 0,
+                m => rng.random_range(0..=m),
+            };
+            if n > 0 {
+                let specifics: Vec<String> = details
+                    .choose_multiple(&mut rng, n)
+                    .map(|t| lower_first(t))
+                    .collect();
+                ask.push_str(&format!(
+                    " {} {}.",
+                    DETAIL.choose(&mut rng).copied().unwrap_or_default(),
+                    specifics.join(", ")
+                ));
+            }
+            parts.push(ask);
         }
         parts.push(
             CLOSERS
@@ -522,7 +588,7 @@ mod tests {
         let s = skill(
             "pg-backup",
             "Backs up PostgreSQL clusters. Use when planning disaster recovery.",
-            "---\nname: pg-backup\ndescription: Backs up PostgreSQL clusters.\n---\n# PG backup\nBody text.\n## When to Use\n- Scheduling weekly base backups\n- Verifying WAL archive continuity\n## Do not use when\n- Restoring MySQL dumps\n## Steps\nRun pg_basebackup.\n",
+            "---\nname: pg-backup\ndescription: Backs up PostgreSQL clusters.\n---\n# PG backup\nBody text.\n## When to Use\n- Scheduling weekly base backups\n- Verifying WAL archive continuity\n## Do not use when\n- Restoring MySQL dumps\n## Steps\nRun pg_basebackup.\n- Archive WAL segments to object storage\n```sh\n- not a list item: inside a code block\n```\n",
         );
         let i = intents(&s);
         assert_eq!(
@@ -547,6 +613,13 @@ mod tests {
             i.document
         );
         assert!(i.document.contains("Run pg_basebackup."));
+        assert_eq!(
+            i.details,
+            [
+                "Restoring MySQL dumps",
+                "Archive WAL segments to object storage"
+            ]
+        );
     }
 
     fn unit(v: &[f32]) -> Vec<f32> {
@@ -579,6 +652,7 @@ mod tests {
             near_duplicate: 0.99,
             seed: 7,
             documents: DocumentText::Official,
+            details: 0,
         };
         let a = pseudo_drafts(&skills, &vectors, 3, &options).unwrap();
         assert_eq!(a, pseudo_drafts(&skills, &vectors, 3, &options).unwrap());
@@ -598,6 +672,47 @@ mod tests {
                 assert!(d.query.to_lowercase().contains(&thing), "{d:?}");
             }
         }
+    }
+
+    #[test]
+    fn details_come_from_the_positives_bodies() {
+        let skills: Vec<Intents> = (0..4)
+            .map(|k| {
+                intents(&skill(
+                    &format!("s{k}"),
+                    &format!("Does thing {k}."),
+                    &format!("# S{k}\n- configures widget number {k} for you\n- tunes gadget number {k} on request\n"),
+                ))
+            })
+            .collect();
+        let vectors: Vec<f32> = [[1.0, 0.0], [0.8, 0.6], [0.6, 0.8], [0.0, 1.0]]
+            .iter()
+            .flat_map(|v| unit(v))
+            .collect();
+        let mut options = PseudoOptions {
+            single: 0,
+            composed: 30,
+            skills_per_query: (1, 2),
+            neighbours: 3,
+            near_duplicate: 0.99,
+            seed: 3,
+            documents: DocumentText::Official,
+            details: 0,
+        };
+        let plain = pseudo_drafts(&skills, &vectors, 2, &options).unwrap();
+        assert!(plain.iter().all(|d| !d.query.contains("number")));
+        assert!(plain.iter().any(|d| d.positives.len() == 1));
+        options.details = 2;
+        let detailed = pseudo_drafts(&skills, &vectors, 2, &options).unwrap();
+        let mut seen = 0;
+        for d in &detailed {
+            for k in 0..4 {
+                let mentioned = d.query.contains(&format!("number {k}"));
+                seen += usize::from(mentioned);
+                assert!(!mentioned || d.positives.contains(&k), "{d:?}");
+            }
+        }
+        assert!(seen > 0);
     }
 
     #[test]
