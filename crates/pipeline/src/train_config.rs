@@ -457,6 +457,20 @@ mod tests {
                 BASE.replace("[pseudo]\ncomposed = 10\n", ""),
                 "needs a [pseudo]",
             ),
+            (
+                BASE.replace(
+                    "composed = 10\n",
+                    "composed = 10\nskills_per_query = [0, 2]\n",
+                ),
+                "skills_per_query = [0, 2] needs 1 ≤ fewest ≤ most",
+            ),
+            (
+                BASE.replace(
+                    "composed = 10\n",
+                    "composed = 10\nskills_per_query = [3, 2]\n",
+                ),
+                "skills_per_query = [3, 2]",
+            ),
         ] {
             let err = format!("{:#}", parse(&text).unwrap_err());
             assert!(err.contains(needle), "{needle:?} not in {err}");
