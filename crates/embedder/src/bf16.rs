@@ -10,6 +10,8 @@
 
 use rayon::prelude::*;
 
+use crate::linear::Post;
+
 /// Output columns of a packed panel.
 const PANEL: usize = 64;
 /// Rows of the micro-kernel's tile.
@@ -82,13 +84,31 @@ impl PackedWeight {
     }
 }
 
-/// `c += a · W` for `rows` rows: `a` is `rows × inputs` f32 (row-major),
-/// `c` is `rows × outputs` f32 (row-major, already holding bias/residual).
-pub(crate) fn matmul_add(c: &mut [f32], a: &[f32], rows: usize, w: &PackedWeight) {
+/// `c = (residual or 0) + (bias or 0) + a · Wᵀ` for `rows` rows: `a` is
+/// `rows × inputs` f32 (row-major); `c` and `residual` are `rows × outputs`
+/// f32 (row-major), `bias` is `outputs` wide. `c` is only written. `post`
+/// then runs on each parallel task's rows of `c` while they are in cache.
+pub(crate) fn matmul(
+    c: &mut [f32],
+    a: &[f32],
+    rows: usize,
+    w: &PackedWeight,
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    post: Option<&Post>,
+) {
     let inputs_padded = 2 * w.pairs;
     let inputs = w.inputs;
     assert_eq!(a.len(), rows * inputs, "a is not rows × inputs");
     assert_eq!(c.len(), rows * w.outputs, "c is not rows × outputs");
+    assert!(
+        bias.is_none_or(|b| b.len() == w.outputs),
+        "bias is not outputs wide"
+    );
+    assert!(
+        residual.is_none_or(|r| r.len() == c.len()),
+        "residual is not rows × outputs"
+    );
     if rows == 0 {
         return;
     }
@@ -97,50 +117,106 @@ pub(crate) fn matmul_add(c: &mut [f32], a: &[f32], rows: usize, w: &PackedWeight
     a16.par_chunks_mut(inputs_padded * 64)
         .zip(a.par_chunks(inputs * 64))
         .for_each(|(dst, src)| round_rows(dst, src, inputs, inputs_padded));
-    c.par_chunks_mut(ROWS_PER_TASK * w.outputs)
+    let task = ROWS_PER_TASK * w.outputs;
+    c.par_chunks_mut(task)
         .zip(a16.par_chunks(ROWS_PER_TASK * inputs_padded))
-        .for_each(|(c, a)| {
+        .enumerate()
+        .for_each(|(i, (c, a))| {
             let rows = c.len() / w.outputs;
+            let residual = residual.map(|r| &r[i * task..i * task + c.len()]);
             // SAFETY: `supported()` was checked when the weight was packed for
-            // this path (see `NativeBert::load`); the slices hold `rows` full
-            // rows of A (bf16, `2·pairs` wide) and C (`outputs` wide), and the
-            // packed weight holds every panel and pair the kernel reads.
-            unsafe { tile_rows(c, a, rows, w) };
+            // this path (see `Linear::prepare`); the slices hold `rows` full
+            // rows of A (bf16, `2·pairs` wide), C and the residual (`outputs`
+            // wide), and the packed weight holds every panel and pair the
+            // kernel reads.
+            unsafe { tile_rows(c, a, rows, w, bias, residual) };
+            if let Some(post) = post {
+                post(c);
+            }
         });
 }
 
 fn round_rows(dst: &mut [u16], src: &[f32], inputs: usize, padded: usize) {
     for (d, s) in dst.chunks_exact_mut(padded).zip(src.chunks_exact(inputs)) {
-        for (x, &y) in d.iter_mut().zip(s) {
-            *x = to_bf16(y);
-        }
+        // SAFETY: `supported()` was checked when the weight was packed for
+        // this path; `d` is at least as long as `s`.
+        unsafe { round_row(d, s) };
     }
+}
+
+/// Rounds one row to bf16 (nearest even, as [`to_bf16`]), sixteen values per
+/// `vcvtneps2bf16`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn round_row(dst: &mut [u16], row: &[f32]) {
+    use std::arch::x86_64::*;
+    assert!(dst.len() >= row.len());
+    let n = row.len();
+    let mut i = 0;
+    while i < n {
+        let left = n - i;
+        let mask: __mmask16 = if left >= 16 {
+            0xffff
+        } else {
+            (1u16 << left) - 1
+        };
+        // SAFETY: the masked lanes are values i..min(i + 16, n) of `row`
+        // and of `dst`; bf16 vectors are 16-bit lanes, reinterpreted.
+        unsafe {
+            let x = _mm512_maskz_loadu_ps(mask, row.as_ptr().add(i));
+            let h: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(x));
+            _mm256_mask_storeu_epi16(dst.as_mut_ptr().add(i).cast(), mask, h);
+        }
+        i += 16;
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn round_row(_: &mut [u16], _: &[f32]) {
+    unreachable!("the bf16 path is only enabled on x86_64 with AVX-512 BF16")
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn tile_rows(c: &mut [f32], a: &[u16], rows: usize, w: &PackedWeight) {
+unsafe fn tile_rows(
+    c: &mut [f32],
+    a: &[u16],
+    rows: usize,
+    w: &PackedWeight,
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+) {
     let lda = 2 * w.pairs;
     let panels = w.outputs.div_ceil(PANEL);
+    let zeros = [0.0f32; PANEL];
     for panel in 0..panels {
         let cols = (w.outputs - panel * PANEL).min(PANEL);
         let b = &w.data[panel * w.pairs * PANEL * 2..(panel + 1) * w.pairs * PANEL * 2];
+        let bias = bias.map_or(&zeros[..cols], |b| &b[panel * PANEL..panel * PANEL + cols]);
         let mut r = 0;
         while r < rows {
             let mr = (rows - r).min(MR);
-            let a = &a[r * lda..];
+            let tile = Tile {
+                a: &a[r * lda..],
+                lda,
+                b,
+                pairs: w.pairs,
+                bias,
+                residual: residual.map(|res| &res[r * w.outputs + panel * PANEL..]),
+            };
             let c = &mut c[r * w.outputs + panel * PANEL..];
-            // SAFETY: `a` holds `mr` rows of `lda` bf16, `b` the panel's
-            // `pairs` steps of 128 bf16, and `c` `mr` rows of at least `cols`
-            // floats at stride `outputs` (the caller's contract, sliced here).
+            // SAFETY: the tile holds `mr` rows of A (`lda` bf16 each), the
+            // panel's `pairs` steps of 128 bf16 and `cols` biases; `c` and
+            // the residual hold `mr` rows of at least `cols` floats at stride
+            // `outputs` (the caller's contract, sliced here).
             unsafe {
                 match mr {
-                    6 => kernel::<6>(a, lda, b, w.pairs, c, w.outputs, cols),
-                    5 => kernel::<5>(a, lda, b, w.pairs, c, w.outputs, cols),
-                    4 => kernel::<4>(a, lda, b, w.pairs, c, w.outputs, cols),
-                    3 => kernel::<3>(a, lda, b, w.pairs, c, w.outputs, cols),
-                    2 => kernel::<2>(a, lda, b, w.pairs, c, w.outputs, cols),
-                    _ => kernel::<1>(a, lda, b, w.pairs, c, w.outputs, cols),
+                    6 => kernel::<6>(&tile, c, w.outputs),
+                    5 => kernel::<5>(&tile, c, w.outputs),
+                    4 => kernel::<4>(&tile, c, w.outputs),
+                    3 => kernel::<3>(&tile, c, w.outputs),
+                    2 => kernel::<2>(&tile, c, w.outputs),
+                    _ => kernel::<1>(&tile, c, w.outputs),
                 }
             }
             r += mr;
@@ -149,31 +225,47 @@ unsafe fn tile_rows(c: &mut [f32], a: &[u16], rows: usize, w: &PackedWeight) {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn tile_rows(_: &mut [f32], _: &[u16], _: usize, _: &PackedWeight) {
+unsafe fn tile_rows(
+    _: &mut [f32],
+    _: &[u16],
+    _: usize,
+    _: &PackedWeight,
+    _: Option<&[f32]>,
+    _: Option<&[f32]>,
+) {
     unreachable!("the bf16 path is only enabled on x86_64 with AVX-512 BF16")
 }
 
-/// C[0..R, 0..cols] += A[0..R, :] · B_panel, with A pairs broadcast and B
-/// read as four vectors per pair.
+/// What one call of the micro-kernel reads.
+struct Tile<'a> {
+    /// Rows of bf16 activations, `lda` apart.
+    a: &'a [u16],
+    lda: usize,
+    /// The panel: `pairs` steps of 64 interleaved pairs.
+    b: &'a [u16],
+    pairs: usize,
+    /// The panel's biases, one per valid output column (zeros where the
+    /// layer has none).
+    bias: &'a [f32],
+    /// Rows of the residual, `ldc` apart, where there is one.
+    residual: Option<&'a [f32]>,
+}
+
+/// C[0..R, 0..cols] = residual + bias + A[0..R, :] · B_panel, with A pairs
+/// broadcast and B read as four vectors per pair.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bf16")]
-unsafe fn kernel<const R: usize>(
-    a: &[u16],
-    lda: usize,
-    b: &[u16],
-    pairs: usize,
-    c: &mut [f32],
-    ldc: usize,
-    cols: usize,
-) {
+unsafe fn kernel<const R: usize>(t: &Tile<'_>, c: &mut [f32], ldc: usize) {
     use std::arch::x86_64::*;
-    debug_assert!(a.len() >= (R - 1) * lda + 2 * pairs);
-    debug_assert!(b.len() >= pairs * PANEL * 2);
+    let cols = t.bias.len();
+    debug_assert!(t.a.len() >= (R - 1) * t.lda + 2 * t.pairs);
+    debug_assert!(t.b.len() >= t.pairs * PANEL * 2);
     debug_assert!(c.len() >= (R - 1) * ldc + cols);
+    debug_assert!(t.residual.is_none_or(|r| r.len() >= (R - 1) * ldc + cols));
     let mut acc = [[_mm512_setzero_ps(); 4]; R];
-    let ap = a.as_ptr();
-    let bp = b.as_ptr();
-    for p in 0..pairs {
+    let ap = t.a.as_ptr();
+    let bp = t.b.as_ptr();
+    for p in 0..t.pairs {
         // SAFETY: p < pairs, so the four vectors lie inside the panel, and
         // each row's pair 2p..2p+2 inside its row of A (checked above).
         unsafe {
@@ -183,7 +275,7 @@ unsafe fn kernel<const R: usize>(
             let b2: __m512bh = std::mem::transmute(_mm512_loadu_si512(step.add(64).cast()));
             let b3: __m512bh = std::mem::transmute(_mm512_loadu_si512(step.add(96).cast()));
             for (row, acc) in acc.iter_mut().enumerate() {
-                let pair = ap.add(row * lda + 2 * p).cast::<i32>().read_unaligned();
+                let pair = ap.add(row * t.lda + 2 * p).cast::<i32>().read_unaligned();
                 let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
                 acc[0] = _mm512_dpbf16_ps(acc[0], av, b0);
                 acc[1] = _mm512_dpbf16_ps(acc[1], av, b1);
@@ -193,24 +285,30 @@ unsafe fn kernel<const R: usize>(
         }
     }
     let cp = c.as_mut_ptr();
-    for (row, acc) in acc.iter().enumerate() {
-        for (v, sum) in acc.iter().enumerate() {
-            let col = v * 16;
-            if col >= cols {
-                break;
-            }
-            let left = cols - col;
-            let mask: __mmask16 = if left >= 16 {
-                0xffff
-            } else {
-                (1u16 << left) - 1
-            };
-            // SAFETY: the masked lanes are columns col..col+left < cols of
-            // this row, inside `c` (checked above).
-            unsafe {
-                let at = cp.add(row * ldc + col);
-                let old = _mm512_maskz_loadu_ps(mask, at);
-                _mm512_mask_storeu_ps(at, mask, _mm512_add_ps(old, *sum));
+    for v in 0..4 {
+        let col = v * 16;
+        if col >= cols {
+            break;
+        }
+        let left = cols - col;
+        let mask: __mmask16 = if left >= 16 {
+            0xffff
+        } else {
+            (1u16 << left) - 1
+        };
+        // SAFETY: the masked lanes of the bias, C and the residual are
+        // columns col..col+left < cols of each row, inside their slices.
+        unsafe {
+            let bias = _mm512_maskz_loadu_ps(mask, t.bias.as_ptr().add(col));
+            for (row, acc) in acc.iter().enumerate() {
+                let init = match t.residual {
+                    Some(res) => _mm512_add_ps(
+                        bias,
+                        _mm512_maskz_loadu_ps(mask, res.as_ptr().add(row * ldc + col)),
+                    ),
+                    None => bias,
+                };
+                _mm512_mask_storeu_ps(cp.add(row * ldc + col), mask, _mm512_add_ps(init, acc[v]));
             }
         }
     }
@@ -238,8 +336,18 @@ mod tests {
                 .map(|i| w_t[(i % inputs) * outputs + i / inputs])
                 .collect();
             let packed = PackedWeight::pack(&w, inputs, outputs);
-            let mut c = vec![0.5f32; rows * outputs];
-            matmul_add(&mut c, &a, rows, &packed);
+            // C is only written; the residual and the bias add 0.25 each.
+            let mut c = vec![f32::NAN; rows * outputs];
+            let residual = vec![0.25f32; rows * outputs];
+            matmul(
+                &mut c,
+                &a,
+                rows,
+                &packed,
+                Some(&vec![0.25; outputs]),
+                Some(&residual),
+                None,
+            );
             for r in 0..rows {
                 for o in 0..outputs {
                     let exact: f64 = 0.5

@@ -38,6 +38,7 @@ pub mod encoder;
 mod error;
 pub mod files;
 pub mod hub;
+mod int8;
 mod kernels;
 mod linear;
 pub mod models;
@@ -78,6 +79,24 @@ pub enum Precision {
     /// Linear layers in bfloat16 with f32 accumulation, on CPUs with
     /// AVX-512 BF16 (elsewhere f32 is used, and [`Embedder::device`] says so).
     Bf16,
+    /// Linear layers in int8 with i32 accumulation (weights quantised per
+    /// output channel at load, activations per token at run time), on CPUs
+    /// with AVX-512 VNNI (elsewhere f32 is used, and [`Embedder::device`]
+    /// says so). The CUDA backend runs f32.
+    Int8,
+}
+
+impl Precision {
+    /// The arithmetic the native engine runs for this precision on this CPU:
+    /// itself where the CPU has the instructions, else f32. Caches key
+    /// vectors on it, so int8 or bf16 vectors never mix with f32 ones.
+    pub fn on_this_cpu(self) -> Self {
+        match self {
+            Self::Bf16 if !bf16::supported() => Self::F32,
+            Self::Int8 if !int8::supported() => Self::F32,
+            p => p,
+        }
+    }
 }
 
 /// What a text is: queries and documents get different prompts.
@@ -474,39 +493,4 @@ mod tests {
 
 /// Entry points for the benchmarks of `examples/` (not a stable API).
 #[doc(hidden)]
-pub mod bench {
-    /// A dense layer (`inputs → outputs`, no bias) with deterministic
-    /// weights, in f32 or bf16 as a model's layers are.
-    pub struct Dense(crate::linear::Linear);
-
-    impl std::fmt::Debug for Dense {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("Dense")
-        }
-    }
-
-    impl Dense {
-        /// A layer with weights from a fixed sequence, in f32 (the `gemm`
-        /// crate) or bf16 (packed).
-        pub fn new(inputs: usize, outputs: usize, bf16: bool) -> Self {
-            let weight: Vec<f32> = (0..inputs * outputs)
-                .map(|i| ((i * 7919 % 1009) as f32 / 1009.0 - 0.5) * 0.1)
-                .collect();
-            let mut layer = crate::linear::Linear::new(weight, None, inputs, outputs);
-            if bf16 {
-                layer.pack_bf16();
-            }
-            Self(layer)
-        }
-
-        /// `out = x · Wᵀ` for `tokens` rows.
-        pub fn forward(&self, x: &[f32], tokens: usize, out: &mut [f32]) {
-            self.0.forward(x, tokens, out, None);
-        }
-    }
-
-    /// Whether this CPU runs the bf16 kernels.
-    pub fn bf16_supported() -> bool {
-        crate::bf16::supported()
-    }
-}
+pub mod bench;

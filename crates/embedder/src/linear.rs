@@ -2,15 +2,84 @@
 //! every token of a batch at once, with the bias and the residual folded into
 //! the product's destination. The weight is kept as stored (`outputs ×
 //! inputs`): the `gemm` crate reads it transposed in place (f32), or
-//! [`Linear::prepare`] packs it for the AVX-512 BF16 kernel ([`crate::bf16`]).
+//! [`Linear::prepare`] packs it for the AVX-512 BF16 kernel ([`crate::bf16`])
+//! or quantises it for the AVX-512 VNNI kernel ([`crate::int8`]).
 
 use rayon::prelude::*;
 
-use crate::bf16::PackedWeight;
 use crate::kernels::{self, View, matmul};
+
+/// Work done on a layer's output rows right after the product (an
+/// activation), on each parallel task's rows while they are in cache.
+pub(crate) type Post<'a> = dyn Fn(&mut [f32]) + Sync + 'a;
 
 /// Rows per parallel task of the row-wise kernels.
 pub(crate) const ROW_BLOCK: usize = 64;
+
+/// The role of a linear layer in a transformer block, as [`Plan`] tells them
+/// apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Query, key and value (one stacked product).
+    AttentionIn,
+    /// The attention's output projection.
+    AttentionOut,
+    /// The feed-forward block's first product (BERT's intermediate, Qwen3's
+    /// gate and up).
+    FeedForwardIn,
+    /// The feed-forward block's last product (BERT's output, Qwen3's down).
+    FeedForwardOut,
+}
+
+impl Role {
+    /// The role in words.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::AttentionIn => "query/key/value",
+            Self::AttentionOut => "attention output",
+            Self::FeedForwardIn => "feed-forward input",
+            Self::FeedForwardOut => "feed-forward output",
+        }
+    }
+}
+
+/// Which arithmetic each linear layer of a model gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Plan {
+    arithmetic: Arithmetic,
+}
+
+impl Plan {
+    /// Every layer in `arithmetic` (int8 keeps [`INT8_KEPT`] in bf16 or
+    /// f32); the caller checks CPU support.
+    pub(crate) fn new(arithmetic: Arithmetic) -> Self {
+        Self { arithmetic }
+    }
+
+    /// The arithmetic of layers of `role`.
+    pub(crate) fn of(&self, role: Role) -> Arithmetic {
+        match self.arithmetic {
+            Arithmetic::Int8 if INT8_KEPT.contains(&role) => {
+                if crate::bf16::supported() {
+                    Arithmetic::Bf16
+                } else {
+                    Arithmetic::F32
+                }
+            }
+            a => a,
+        }
+    }
+}
+
+/// Layers that int8 quantisation hurts most, kept in bf16 (f32 where the CPU
+/// has no bf16) on the int8 path. Measured on all-MiniLM-L6-v2 over 512
+/// SkillRet skills (worst cosine to f32): every layer in int8 0.9967; the
+/// feed-forward output alone in int8 costs 0.0010 (its input, after GELU, is
+/// heavy-tailed, and some of its weight rows reach 38 standard deviations),
+/// query/key/value 0.0017 (LayerNorm outliers in its input); keeping these
+/// two in bf16 gives 0.9994. Per-group scales (64 inputs) or data-free
+/// smoothing did not reach 0.999 with them in int8.
+pub(crate) const INT8_KEPT: &[Role] = &[Role::AttentionIn, Role::FeedForwardOut];
 
 /// A dense layer.
 pub(crate) struct Linear {
@@ -27,7 +96,21 @@ enum Packed {
     /// As stored, read transposed by the `gemm` crate (f32).
     None,
     /// Panels of bfloat16 pairs for the AVX-512 BF16 kernel.
-    Bf16(PackedWeight),
+    Bf16(crate::bf16::PackedWeight),
+    /// Panels of int8 groups (per-channel scales) for the AVX-512 VNNI kernel.
+    Int8(crate::int8::PackedWeight),
+}
+
+/// The arithmetic of a linear layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arithmetic {
+    /// f32 (the `gemm` crate).
+    F32,
+    /// bfloat16 products, f32 sums (needs [`crate::bf16::supported`]).
+    Bf16,
+    /// int8 products (weights per output channel, activations per row), i32
+    /// sums (needs [`crate::int8::supported`]).
+    Int8,
 }
 
 impl Linear {
@@ -88,62 +171,96 @@ impl Linear {
         out: &mut [f32],
         residual: Option<&[f32]>,
     ) {
+        self.forward_then(x, tokens, out, residual, None);
+    }
+
+    /// [`Linear::forward`], then `post` on the output rows (in blocks of
+    /// whole rows, while they are in cache where the kernel allows).
+    pub(crate) fn forward_then(
+        &self,
+        x: &[f32],
+        tokens: usize,
+        out: &mut [f32],
+        residual: Option<&[f32]>,
+        post: Option<&Post>,
+    ) {
         let out = &mut out[..tokens * self.outputs];
-        // Row-wise, in parallel blocks of rows (the results do not depend on
-        // the split).
-        let block = self.outputs * ROW_BLOCK;
-        let len = out.len();
-        let zero_bias;
-        let bias = match &self.bias {
-            Some(b) => b.as_slice(),
-            None if residual.is_some() => {
-                zero_bias = vec![0.0; self.outputs];
-                zero_bias.as_slice()
-            }
-            None => &[],
-        };
-        match residual {
-            Some(r) => out
-                .par_chunks_mut(block)
-                .zip(r[..len].par_chunks(block))
-                .for_each(|(rows, res)| {
-                    for (row, res) in rows
-                        .chunks_exact_mut(self.outputs)
-                        .zip(res.chunks_exact(self.outputs))
-                    {
-                        kernels::add(row, res, bias);
-                    }
-                }),
-            None if bias.is_empty() => {
-                if !matches!(self.packed, Packed::None) {
-                    out.par_chunks_mut(block).for_each(|rows| rows.fill(0.0));
-                }
-            }
-            None => out.par_chunks_mut(block).for_each(|rows| {
-                for row in rows.chunks_exact_mut(self.outputs) {
-                    row.copy_from_slice(bias);
-                }
-            }),
-        }
-        let accumulate = residual.is_some() || !bias.is_empty();
         let x = &x[..tokens * self.inputs];
+        let residual = residual.map(|r| &r[..out.len()]);
+        let bias = self.bias.as_deref();
         match &self.packed {
-            Packed::Bf16(packed) => crate::bf16::matmul_add(out, x, tokens, packed),
-            Packed::None => matmul(
-                out,
-                self.outputs,
-                View::rows(x, tokens, self.inputs, self.inputs),
-                View::transposed(&self.weight, self.inputs, self.outputs, self.inputs),
-                accumulate,
-                true,
-            ),
+            // The packed kernels add the bias and the residual as they store.
+            Packed::Bf16(packed) => {
+                crate::bf16::matmul(out, x, tokens, packed, bias, residual, post);
+            }
+            Packed::Int8(packed) => {
+                crate::int8::matmul(out, x, tokens, packed, bias, residual, post);
+            }
+            Packed::None => {
+                // The `gemm` crate accumulates onto the destination: it starts
+                // as residual + bias, row-wise in parallel blocks of rows (the
+                // results do not depend on the split).
+                let block = self.outputs * ROW_BLOCK;
+                let zero_bias;
+                let bias = match bias {
+                    Some(b) => b,
+                    None if residual.is_some() => {
+                        zero_bias = vec![0.0; self.outputs];
+                        zero_bias.as_slice()
+                    }
+                    None => &[],
+                };
+                match residual {
+                    Some(r) => out.par_chunks_mut(block).zip(r.par_chunks(block)).for_each(
+                        |(rows, res)| {
+                            for (row, res) in rows
+                                .chunks_exact_mut(self.outputs)
+                                .zip(res.chunks_exact(self.outputs))
+                            {
+                                kernels::add(row, res, bias);
+                            }
+                        },
+                    ),
+                    None if bias.is_empty() => {}
+                    None => out.par_chunks_mut(block).for_each(|rows| {
+                        for row in rows.chunks_exact_mut(self.outputs) {
+                            row.copy_from_slice(bias);
+                        }
+                    }),
+                }
+                let accumulate = residual.is_some() || !bias.is_empty();
+                matmul(
+                    out,
+                    self.outputs,
+                    View::rows(x, tokens, self.inputs, self.inputs),
+                    View::transposed(&self.weight, self.inputs, self.outputs, self.inputs),
+                    accumulate,
+                    true,
+                );
+                if let Some(post) = post {
+                    out.par_chunks_mut(block).for_each(post);
+                }
+            }
         }
     }
 
-    /// Switches the layer to bf16 (the caller checks CPU support); the f32
-    /// weight is dropped.
-    pub(crate) fn pack_bf16(&mut self) {
-        self.packed = Packed::Bf16(PackedWeight::pack(&self.weight, self.inputs, self.outputs));
+    /// Switches the layer to `arithmetic` (the caller checks CPU support);
+    /// unless it is f32, the f32 weight is dropped.
+    pub(crate) fn prepare(&mut self, arithmetic: Arithmetic) {
+        let (inputs, outputs) = (self.inputs, self.outputs);
+        self.packed = match arithmetic {
+            Arithmetic::F32 => return,
+            Arithmetic::Bf16 => Packed::Bf16(crate::bf16::PackedWeight::pack(
+                &self.weight,
+                inputs,
+                outputs,
+            )),
+            Arithmetic::Int8 => Packed::Int8(crate::int8::PackedWeight::pack(
+                &self.weight,
+                inputs,
+                outputs,
+            )),
+        };
         self.weight = Vec::new();
     }
 }
@@ -151,6 +268,24 @@ impl Linear {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn int8_plans_keep_the_sensitive_layers_out_of_int8() {
+        let plan = Plan::new(Arithmetic::Int8);
+        let kept = if crate::bf16::supported() {
+            Arithmetic::Bf16
+        } else {
+            Arithmetic::F32
+        };
+        assert_eq!(plan.of(Role::AttentionIn), kept);
+        assert_eq!(plan.of(Role::FeedForwardOut), kept);
+        assert_eq!(plan.of(Role::AttentionOut), Arithmetic::Int8);
+        assert_eq!(plan.of(Role::FeedForwardIn), Arithmetic::Int8);
+        for role in [Role::AttentionIn, Role::FeedForwardIn] {
+            assert_eq!(Plan::new(Arithmetic::Bf16).of(role), Arithmetic::Bf16);
+            assert_eq!(Plan::new(Arithmetic::F32).of(role), Arithmetic::F32);
+        }
+    }
 
     #[test]
     fn bias_residual_and_stacking() {

@@ -133,3 +133,27 @@ fn e5_bf16_stays_within_0_999() {
         0.999,
     );
 }
+
+/// int8 linear layers (VNNI; f32 elsewhere) hold cosine 0.999 to PyTorch f32
+/// on every text of the fixture, as the accuracy bound asks.
+#[test]
+fn minilm_int8_stays_within_0_999() {
+    check_with(
+        "all-MiniLM-L6-v2",
+        Backend::Native,
+        Precision::Int8,
+        usize::MAX,
+        0.999,
+    );
+}
+
+#[test]
+fn e5_int8_stays_within_0_999() {
+    check_with(
+        "multilingual-e5-small",
+        Backend::Native,
+        Precision::Int8,
+        usize::MAX,
+        0.999,
+    );
+}

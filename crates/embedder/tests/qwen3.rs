@@ -154,6 +154,13 @@ fn native_bf16_stays_within_0_999() {
     check_embeddings(Backend::Native, Precision::Bf16, 0.999);
 }
 
+#[test]
+fn native_int8_stays_within_0_999() {
+    // The decoder path gets int8 too (its attention output and gate/up
+    // products; query/key/value and down stay bf16).
+    check_embeddings(Backend::Native, Precision::Int8, 0.999);
+}
+
 /// The long document of the fixture: sample skill texts in file order joined
 /// by blank lines until 90,000+ characters.
 fn long_document(skills: &[(String, String)]) -> String {

@@ -21,7 +21,7 @@ use crate::attention::{self, Heads, QkvLayout};
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
 use crate::kernels;
-use crate::linear::{Linear, ROW_BLOCK};
+use crate::linear::{Linear, Plan, ROW_BLOCK, Role};
 
 /// The BERT architecture, from `config.json`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -211,9 +211,9 @@ pub(crate) struct NativeBert {
 }
 
 impl NativeBert {
-    /// Loads the weights of `config`; with `bf16`, the linear layers run in
-    /// bfloat16 (the caller checks CPU support), else in f32.
-    pub(crate) fn load(files: &ModelFiles, config: &BertConfig, bf16: bool) -> Result<Self> {
+    /// Loads the weights of `config`, each linear layer in the arithmetic
+    /// `plan` gives its role (the caller checks CPU support).
+    pub(crate) fn load(files: &ModelFiles, config: &BertConfig, plan: Plan) -> Result<Self> {
         let w = Weights::open(&files.weights, &PREFIXES, PROBE)?;
         let h = config.hidden_size;
         let i = config.intermediate_size;
@@ -231,15 +231,13 @@ impl NativeBert {
                 output: linear(&w, &format!("{p}.output.dense"), i, h)?,
                 output_norm: LayerNorm::read(&w, &format!("{p}.output.LayerNorm"), h)?,
             };
-            if bf16 {
-                for linear in [
-                    &mut layer.qkv,
-                    &mut layer.attention_out,
-                    &mut layer.intermediate,
-                    &mut layer.output,
-                ] {
-                    linear.pack_bf16();
-                }
+            for (linear, role) in [
+                (&mut layer.qkv, Role::AttentionIn),
+                (&mut layer.attention_out, Role::AttentionOut),
+                (&mut layer.intermediate, Role::FeedForwardIn),
+                (&mut layer.output, Role::FeedForwardOut),
+            ] {
+                linear.prepare(plan.of(role));
             }
             layers.push(layer);
         }
@@ -314,12 +312,13 @@ impl NativeBert {
                 .attention_out
                 .forward(&b.context, tokens, &mut b.attended, Some(&b.hidden));
             layer.attention_norm.apply(&mut b.attended, h, eps);
-            layer
-                .intermediate
-                .forward(&b.attended, tokens, &mut b.intermediate, None);
-            b.intermediate
-                .par_chunks_mut(inter * ROW_BLOCK)
-                .for_each(|chunk| kernels::gelu(chunk, tanh_form));
+            layer.intermediate.forward_then(
+                &b.attended,
+                tokens,
+                &mut b.intermediate,
+                None,
+                Some(&move |rows: &mut [f32]| kernels::gelu(rows, tanh_form)),
+            );
             layer
                 .output
                 .forward(&b.intermediate, tokens, &mut b.hidden, Some(&b.attended));

@@ -16,6 +16,7 @@ use std::path::Path;
 use crate::config::Pooling;
 use crate::error::{Error, Result};
 use crate::files::ModelFiles;
+use crate::linear::{Arithmetic, INT8_KEPT, Plan};
 use crate::{Backend, Precision};
 
 pub use bert::BertConfig;
@@ -137,6 +138,37 @@ impl ModelConfig {
     }
 }
 
+/// The native engine's arithmetic for `precision` on this CPU, and the
+/// words that say what it runs (and why, where it falls back to f32).
+fn native_plan(precision: Precision) -> (Plan, String) {
+    let (arithmetic, note) = match precision {
+        Precision::F32 => (Arithmetic::F32, "f32".to_owned()),
+        Precision::Bf16 if crate::bf16::supported() => (Arithmetic::Bf16, "bf16".to_owned()),
+        Precision::Bf16 => (
+            Arithmetic::F32,
+            "f32: this CPU has no AVX-512 BF16".to_owned(),
+        ),
+        Precision::Int8 if crate::int8::supported() => {
+            let plan = Plan::new(Arithmetic::Int8);
+            let kept: Vec<String> = INT8_KEPT
+                .iter()
+                .map(|role| format!("{} in {:?}", role.name(), plan.of(*role)).to_lowercase())
+                .collect();
+            let note = if kept.is_empty() {
+                "int8".to_owned()
+            } else {
+                format!("int8 ({})", kept.join(", "))
+            };
+            (Arithmetic::Int8, note)
+        }
+        Precision::Int8 => (
+            Arithmetic::F32,
+            "f32: this CPU has no AVX-512 VNNI".to_owned(),
+        ),
+    };
+    (Plan::new(arithmetic), note)
+}
+
 /// Loads `config`'s weights on the engine `backend` asks for; returns the
 /// model and where it runs, in words.
 pub(crate) fn load(
@@ -145,15 +177,11 @@ pub(crate) fn load(
     backend: Backend,
     precision: Precision,
 ) -> Result<(Box<dyn Model>, String)> {
-    let (bf16, precision_note) = match precision {
-        Precision::F32 => (false, "f32"),
-        Precision::Bf16 if crate::bf16::supported() => (true, "bf16"),
-        Precision::Bf16 => (false, "f32: this CPU has no AVX-512 BF16"),
-    };
+    let (plan, precision_note) = native_plan(precision);
     let native = || -> Result<(Box<dyn Model>, String)> {
         let model: Box<dyn Model> = match config {
-            ModelConfig::Bert(c) => Box::new(bert::NativeBert::load(files, c, bf16)?),
-            ModelConfig::Qwen3(c) => Box::new(qwen3::NativeQwen3::load(files, c, bf16)?),
+            ModelConfig::Bert(c) => Box::new(bert::NativeBert::load(files, c, plan)?),
+            ModelConfig::Qwen3(c) => Box::new(qwen3::NativeQwen3::load(files, c, plan)?),
         };
         let threads = rayon::current_num_threads();
         Ok((

@@ -26,7 +26,7 @@ use crate::config::Pooling;
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
 use crate::kernels;
-use crate::linear::{Linear, ROW_BLOCK};
+use crate::linear::{Linear, Plan, ROW_BLOCK, Role};
 
 /// The Qwen3 architecture, from `config.json`.
 #[derive(Debug, Clone, PartialEq)]
@@ -323,7 +323,7 @@ fn projection(
 }
 
 impl NativeQwen3 {
-    pub(crate) fn load(files: &ModelFiles, config: &Qwen3Config, bf16: bool) -> Result<Self> {
+    pub(crate) fn load(files: &ModelFiles, config: &Qwen3Config, plan: Plan) -> Result<Self> {
         let w = weights(files)?;
         let h = config.hidden_size;
         let d = config.head_dim;
@@ -353,15 +353,13 @@ impl NativeQwen3 {
                 ]),
                 down: projection(&w, &format!("{m}.down_proj"), i, h, false)?,
             };
-            if bf16 {
-                for linear in [
-                    &mut layer.qkv,
-                    &mut layer.output,
-                    &mut layer.gate_up,
-                    &mut layer.down,
-                ] {
-                    linear.pack_bf16();
-                }
+            for (linear, role) in [
+                (&mut layer.qkv, Role::AttentionIn),
+                (&mut layer.output, Role::AttentionOut),
+                (&mut layer.gate_up, Role::FeedForwardIn),
+                (&mut layer.down, Role::FeedForwardOut),
+            ] {
+                linear.prepare(plan.of(role));
             }
             layers.push(layer);
         }
