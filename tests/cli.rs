@@ -574,6 +574,64 @@ fn run_every_stage_caches_embeddings_and_reports_the_reranker() {
     );
 }
 
+#[test]
+fn precision_override_keeps_int8_and_f32_vectors_apart_in_the_cache() {
+    if minilm().is_none() {
+        return;
+    }
+    let tiny = fixture("tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let config = dir.path().join("minilm.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}\n[output]\ncache = \"{}\"\n",
+            std::fs::read_to_string(configs().join("minilm.toml"))
+                .unwrap()
+                .replace("\"models/", &format!("\"{}/models/", root.display())),
+            dir.path().join("cache").display()
+        ),
+    )
+    .unwrap();
+    let run = |out: &str, precision: Option<&str>| {
+        let mut args = vec![
+            "run",
+            "--config",
+            path(&config),
+            "--data",
+            path(&tiny),
+            "--out",
+        ];
+        let out = dir.path().join(out);
+        args.push(path(&out));
+        if let Some(p) = precision {
+            args.extend(["--precision", p]);
+        }
+        let output = pipeline(&args);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        text(&output.stderr)
+    };
+    assert!(run("f32", None).contains("0 of 1 shards from the cache"));
+    let int8 = run("int8", Some("int8"));
+    #[cfg(target_arch = "x86_64")]
+    let vnni = std::is_x86_feature_detected!("avx512vnni");
+    #[cfg(not(target_arch = "x86_64"))]
+    let vnni = false;
+    if vnni {
+        // Its own vectors, computed afresh, on the int8 path.
+        assert!(int8.contains("0 of 1 shards from the cache"), "{int8}");
+        assert!(int8.contains("native, int8"), "{int8}");
+        assert!(run("int8-again", Some("int8")).contains("all 1 shards from the cache"));
+    } else {
+        // Without VNNI int8 runs f32, says so, and f32 vectors are the same.
+        assert!(int8.contains("no AVX-512 VNNI"), "{int8}");
+        assert!(int8.contains("all 1 shards from the cache"), "{int8}");
+    }
+    // The f32 run still finds its own vectors.
+    assert!(run("f32-again", None).contains("all 1 shards from the cache"));
+}
+
 /// A SkillRet directory with `n` skills (the tiny fixture's, repeated under
 /// new ids) and the tiny fixture's queries and judgements.
 fn bigger_corpus(dir: &Path, n: usize) -> PathBuf {

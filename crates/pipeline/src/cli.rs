@@ -89,6 +89,11 @@ pub struct RunArgs {
     /// Score only the first N queries (by id): a quick look.
     #[arg(long, value_name = "N")]
     pub limit_queries: Option<usize>,
+
+    /// Arithmetic of the native engine's linear layers for the embedder and
+    /// the reranker (overrides their `precision` keys): f32, bf16 or int8.
+    #[arg(long, value_enum)]
+    pub precision: Option<PrecisionArg>,
 }
 
 const TRAIN_ABOUT: &str = "\
@@ -249,10 +254,11 @@ pub struct EmbedArgs {
     #[arg(long, value_enum, default_value_t = BackendArg::Native)]
     pub backend: BackendArg,
 
-    /// Arithmetic of the native engine's linear layers: f32, or bf16 (AVX-512
-    /// BF16 CPUs; cosine ≥ 0.999 to f32; faster only where the CPU's bf16 dot
-    /// product outruns its f32 FMA: `cargo run --release -p embedder
-    /// --example bench_linear` tells).
+    /// Arithmetic of the native engine's linear layers: f32, bf16 (AVX-512
+    /// BF16 CPUs) or int8 (AVX-512 VNNI CPUs); both hold cosine ≥ 0.999 to
+    /// f32. Elsewhere f32 runs, with a note. `cargo run --release -p
+    /// embedder --example bench_linear` shows each path's speed and this
+    /// CPU's peaks.
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     pub precision: PrecisionArg,
 }
@@ -361,8 +367,11 @@ pub struct RerankArgs {
 pub enum PrecisionArg {
     /// f32 throughout.
     F32,
-    /// bfloat16 linear layers with f32 accumulation.
+    /// bfloat16 linear layers with f32 accumulation (AVX-512 BF16).
     Bf16,
+    /// int8 linear layers with i32 accumulation (AVX-512 VNNI): weights
+    /// quantised per output channel, activations per token.
+    Int8,
 }
 
 /// Input kinds.

@@ -314,6 +314,8 @@ pub struct Overrides {
     pub out: Option<PathBuf>,
     /// `--limit-queries`.
     pub limit_queries: Option<usize>,
+    /// `--precision`: the embedder's and the reranker's.
+    pub precision: Option<Precision>,
 }
 
 impl Settings {
@@ -403,7 +405,7 @@ fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
                 normalize: e.normalize,
                 max_length: e.max_length,
                 batch_tokens: e.batch_tokens,
-                precision: e.precision,
+                precision: overrides.precision.unwrap_or(e.precision),
                 backend: e.backend,
             })
         }
@@ -441,7 +443,7 @@ fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
                 top_n: x.top_n,
                 max_length: x.max_length,
                 batch_tokens: x.batch_tokens,
-                precision: x.precision,
+                precision: overrides.precision.unwrap_or(x.precision),
                 backend: x.backend,
                 sigmoid: x.sigmoid,
                 instruction: x.instruction,

@@ -95,6 +95,7 @@ pub(crate) fn precision(arg: PrecisionArg) -> Precision {
     match arg {
         PrecisionArg::F32 => Precision::F32,
         PrecisionArg::Bf16 => Precision::Bf16,
+        PrecisionArg::Int8 => Precision::Int8,
     }
 }
 

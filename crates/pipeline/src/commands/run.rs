@@ -33,6 +33,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
             data: args.data.clone(),
             out: args.out.clone(),
             limit_queries: args.limit_queries,
+            precision: args.precision.map(crate::commands::embed::precision),
         },
     )?;
     let mut timings: Vec<StageTiming> = Vec::new();
@@ -373,7 +374,11 @@ fn dense(
     let dim = embedder::ModelConfig::read(&dir.join("config.json"))?.hidden_size();
     let vector_settings = format!(
         "model={fingerprint} revision={:?} max_length={:?} pooling={:?} precision={:?} backend={:?}",
-        e.model.revision, e.max_length, e.pooling, e.precision, e.backend
+        e.model.revision,
+        e.max_length,
+        e.pooling,
+        e.precision.on_this_cpu(),
+        e.backend
     );
     // The model loads only if some vectors are not cached.
     let mut model: Option<Embedder> = None;
