@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""Speed and accuracy of every precision, side by side with PyTorch and ONNX Runtime, in one run.
+
+Embedders (one table per model): the same 512 skills of the shared SkillRet sample
+(lines 1001-1512 of skills/test.jsonl, official text recipe), truncated to the same
+max length, 2 threads, model loading not timed, one after the other:
+
+  PyTorch f32              sentence-transformers
+  ONNX Runtime f32         the model exported with torch.onnx (BertModel, mean pooling here)
+  ONNX Runtime int8        that export through onnxruntime's quantize_dynamic
+                           (per-channel int8 weights, dynamic uint8 activations)
+  ours f32 / bf16 / int8   `pipeline embed --precision ...`
+
+Each row gives tokens/s, the ratio to PyTorch and to ONNX Runtime int8, and the worst
+cosine to PyTorch f32 over the 512 skills and every query of the sample (queries are
+embedded untimed, with the model's query prefix).
+
+Cross-encoder: the 480 (query, skill) pairs of all-MiniLM-L6-v2's top 20 on the sample
+(reference/minilm.run.trec), PyTorch (sentence-transformers CrossEncoder), ONNX Runtime
+f32 and int8, ours f32 / bf16 / int8 (`pipeline rerank`): pairs/s, worst |score
+difference| to PyTorch f32 and the number of queries whose top-20 order changes.
+
+Last, this CPU's peak rate for the instruction each of our paths is built on (f32 FMA,
+bf16 dot, int8 dot) and the share of it our dense layers reach on the models' shapes
+(`examples/bench_linear`).
+
+    scripts/fetch-models.sh && cargo build --release -p pipeline --examples
+    pip install torch==2.15.0 sentence-transformers==6.2.0 onnxruntime==1.32.0 onnx==1.23.2 onnxscript==0.7.2
+    python3 scripts/bench_precision.py [--only minilm,e5,cross,peak] [--repeat 1]
+
+ONNX exports are cached under target/bench-onnx/.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / "target/release/pipeline"
+BENCH_LINEAR = ROOT / "target/release/examples/bench_linear"
+ONNX_DIR = ROOT / "target/bench-onnx"
+PRECISIONS = ["f32", "bf16", "int8"]
+
+
+def skill_text(skill):
+    body = skill.get("skill_md") or ""
+    if not body.strip():
+        body = skill.get("description", "")
+    return f"{(skill.get('name') or '').strip()} | {(skill.get('description') or '').strip()} | {(body or '').strip()}"
+
+
+def cosines(a, b):
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return (a * b).sum(1)
+
+
+def run(cmd):
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(map(str, cmd))} failed:\n{proc.stderr}")
+    return proc.stderr
+
+
+def export_onnx(model_dir, kind, torch):
+    """f32 and dynamic-int8 ONNX files of a model directory (cached)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    out = ONNX_DIR / model_dir.name
+    f32, int8 = out / "model.onnx", out / "model-int8.onnx"
+    if int8.exists():
+        return f32, int8
+    out.mkdir(parents=True, exist_ok=True)
+    cls = AutoModelForSequenceClassification if kind == "cross" else AutoModel
+    model = cls.from_pretrained(str(model_dir)).eval()
+    ids = torch.ones(2, 16, dtype=torch.long)
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    axes = {n: {0: "batch", 1: "seq"} for n in names}
+    axes["output"] = {0: "batch"} if kind == "cross" else {0: "batch", 1: "seq"}
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            o = self.m(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            return o.logits if kind == "cross" else o.last_hidden_state
+
+    with torch.no_grad():
+        torch.onnx.export(Wrapped(model), (ids, ids, torch.zeros_like(ids)), str(f32), input_names=names,
+                          output_names=["output"], dynamic_axes=axes, opset_version=17, dynamo=False)
+    quantize_dynamic(str(f32), str(int8), per_channel=True, weight_type=QuantType.QInt8)
+    return f32, int8
+
+
+def ort_session(path, threads):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def ort_batches(tokenizer, first, second, max_length, batch_size, session):
+    """Runs `session` over texts (or pairs) sorted by length, in padded batches, as
+    sentence-transformers does; returns outputs (mean-pooled or logits) in input order."""
+    enc = tokenizer(first, second, truncation=True if second is None else "longest_first",
+                    max_length=max_length) if second is not None else tokenizer(first, truncation=True,
+                                                                              max_length=max_length)
+    order = np.argsort([-len(x) for x in enc["input_ids"]], kind="stable")
+    wanted = {i.name for i in session.get_inputs()}
+    results = [None] * len(order)
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        width = max(len(enc["input_ids"][i]) for i in idx)
+        feed = {}
+        for name in ["input_ids", "attention_mask", "token_type_ids"]:
+            rows = [enc[name][i] if name in enc else [0] * len(enc["input_ids"][i]) for i in idx]
+            feed[name] = np.array([r + [0] * (width - len(r)) for r in rows], dtype=np.int64)
+        feed = {k: v for k, v in feed.items() if k in wanted}
+        out = session.run(None, feed)[0]
+        if second is None:
+            mask = feed["attention_mask"][..., None].astype(np.float32)
+            out = (out * mask).sum(1) / mask.sum(1)
+        for i, row in zip(idx, out):
+            results[i] = row
+    return np.array(results)
+
+
+def embedder_table(name, model, max_length, query_prefix, doc_prefix, args, torch):
+    from sentence_transformers import SentenceTransformer
+
+    model_dir = ROOT / "models" / model
+    sample = Path(args.sample)
+    skills = [json.loads(l) for l in open(sample / "skills/test.jsonl") if l.strip()][1000:1512]
+    queries = [json.loads(l)["query"] for l in open(sample / "queries/test.jsonl") if l.strip()]
+    docs = [skill_text(s) for s in skills]
+    st = SentenceTransformer(str(model_dir), device="cpu")
+    st.max_seq_length = max_length
+    tok = st.tokenizer
+    tokens = sum(len(x) for x in tok([doc_prefix + d for d in docs], truncation=True, max_length=max_length)["input_ids"])
+    print(f"\n## {name}: {len(docs)} skills, {tokens} tokens at max length {max_length}, {args.threads} threads "
+          f"(+ {len(queries)} queries for accuracy, untimed)")
+    rows = []
+
+    def timed(fn):
+        best, out = float("inf"), None
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            out = fn()
+            best = min(best, time.perf_counter() - t0)
+        return best, out
+
+    enc = lambda texts: st.encode(texts, batch_size=32, convert_to_numpy=True, show_progress_bar=False)
+    seconds, ref_docs = timed(lambda: enc([doc_prefix + d for d in docs]))
+    ref_queries = enc([query_prefix + q for q in queries])
+    rows.append(("PyTorch f32", seconds, 1.0))
+
+    f32_path, int8_path = export_onnx(model_dir, "embed", torch)
+    for label, path in [("ONNX Runtime f32", f32_path), ("ONNX Runtime int8", int8_path)]:
+        session = ort_session(path, args.threads)
+        run_ = lambda texts: ort_batches(tok, texts, None, max_length, 32, session)
+        seconds, vecs = timed(lambda: run_([doc_prefix + d for d in docs]))
+        worst = min(cosines(vecs, ref_docs).min(), cosines(run_([query_prefix + q for q in queries]), ref_queries).min())
+        rows.append((label, seconds, worst))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+        (tmp / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+        for precision in PRECISIONS:
+            common = ["--model", model_dir, "--max-length", max_length, "--precision", precision,
+                      "--query-prompt", query_prefix, "--document-prompt", doc_prefix]
+            best = float("inf")
+            for _ in range(args.repeat):
+                err = run([BIN, "embed", "--input", tmp / "docs.jsonl", "--output", tmp / "d.jsonl"] + common)
+                m = re.search(r"embedded \d+ texts \((\d+) tokens\) in ([0-9.]+) s", err)
+                best = min(best, float(m.group(2)))
+            device = re.search(r" on (cpu[^\n]*)", err)
+            run([BIN, "embed", "--kind", "query", "--input", tmp / "queries.jsonl", "--output", tmp / "q.jsonl"] + common)
+            vecs = np.array([json.loads(l) for l in open(tmp / "d.jsonl")])
+            qvecs = np.array([json.loads(l) for l in open(tmp / "q.jsonl")])
+            worst = min(cosines(vecs, ref_docs).min(), cosines(qvecs, ref_queries).min())
+            label = f"ours {precision}" + (f" [{device.group(1)}]" if device and precision != "f32" else "")
+            rows.append((label, best, worst))
+
+    ort_int8 = rows[2][1]
+    print(f"{'engine':<44} {'tokens/s':>9} {'×PyTorch':>9} {'×ORT int8':>9} {'worst cos':>10}")
+    for label, seconds, worst in rows:
+        print(f"{label:<44} {tokens / seconds:9.0f} {rows[0][1] / seconds:9.2f} {ort_int8 / seconds:9.2f} {worst:10.6f}")
+    ours = {r[0].split(" [")[0]: r[1] for r in rows}
+    print(f"ours bf16 / ours f32: {ours['ours f32'] / ours['ours bf16']:.2f}x; "
+          f"ours f32 / ORT f32: {rows[1][1] / ours['ours f32']:.2f}x; "
+          f"ours int8 / ORT int8: {ort_int8 / ours['ours int8']:.2f}x")
+
+
+def cross_table(model, max_length, args, torch):
+    from sentence_transformers import CrossEncoder
+
+    model_dir = ROOT / "models" / model
+    sample = Path(args.sample)
+    skills = {s["id"]: s for s in (json.loads(l) for l in open(sample / "skills/test.jsonl") if l.strip())}
+    queries = {q["id"]: q["query"] for q in (json.loads(l) for l in open(sample / "queries/test.jsonl") if l.strip())}
+    run_lines = [l for l in open(sample / "reference/minilm.run.trec") if l.split() and int(l.split()[3]) <= 20]
+    keys = [(l.split()[0], l.split()[2]) for l in run_lines]
+    pairs = [(queries[q], skill_text(skills[s])) for q, s in keys]
+    ce = CrossEncoder(str(model_dir), max_length=max_length, device="cpu")
+    print(f"\n## cross-encoder {model}: {len(pairs)} pairs (all-MiniLM-L6-v2's top 20 of {len(queries)} queries), "
+          f"max length {max_length}, {args.threads} threads")
+    rows = []
+
+    def timed(fn):
+        best, out = float("inf"), None
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            out = fn()
+            best = min(best, time.perf_counter() - t0)
+        return best, out
+
+    seconds, ref = timed(lambda: ce.predict(pairs, batch_size=32, activation_fn=torch.nn.Identity(),
+                                            show_progress_bar=False))
+    ref = np.asarray(ref, dtype=np.float64).reshape(-1)
+    rows.append(("PyTorch f32", seconds, ref))
+    f32_path, int8_path = export_onnx(model_dir, "cross", torch)
+    for label, path in [("ONNX Runtime f32", f32_path), ("ONNX Runtime int8", int8_path)]:
+        session = ort_session(path, args.threads)
+        seconds, out = timed(lambda: ort_batches(ce.tokenizer, [a for a, _ in pairs], [b for _, b in pairs],
+                                                 max_length, 32, session))
+        rows.append((label, seconds, out.reshape(-1).astype(np.float64)))
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "first.trec").write_text("".join(run_lines))
+        for precision in PRECISIONS:
+            best = float("inf")
+            for _ in range(args.repeat):
+                err = run([BIN, "rerank", "--model", model_dir, "--data", sample, "--run", tmp / "first.trec",
+                           "--top-n", 20, "--output", tmp / "out.trec", "--max-length", max_length,
+                           "--precision", precision])
+                best = min(best, float(re.search(r"reranked \d+ pairs in ([0-9.]+) s", err).group(1)))
+            got = {}
+            for line in open(tmp / "out.trec"):
+                q, _, s, _, score, _ = line.split()
+                got[(q, s)] = float(score)
+            rows.append((f"ours {precision}", best, np.array([got[k] for k in keys])))
+
+    def order_changes(scores):
+        changed = 0
+        for q in queries:
+            idx = [i for i, k in enumerate(keys) if k[0] == q]
+            rank = lambda v: sorted(idx, key=lambda i: (-v[i], keys[i][1]))
+            changed += rank(scores) != rank(ref)
+        return changed
+
+    print(f"{'engine':<20} {'pairs/s':>8} {'×PyTorch':>9} {'×ORT int8':>9} {'worst |Δ score|':>16} {'top-20 orders changed':>22}")
+    for label, seconds, scores in rows:
+        print(f"{label:<20} {len(pairs) / seconds:8.1f} {rows[0][1] / seconds:9.2f} {rows[2][1] / seconds:9.2f} "
+              f"{np.abs(scores - ref).max():16.2e} {order_changes(scores):>14} of {len(queries)}")
+
+
+def peak_table():
+    proc = subprocess.run([str(BENCH_LINEAR), "--tsv"], capture_output=True, text=True, check=True)
+    peaks, layers = {}, []
+    for line in proc.stdout.splitlines():
+        f = line.split("\t")
+        if f[0] == "peak":
+            peaks[f[1]] = float(f[2])
+        elif f[0] == "layer":
+            layers.append(f[1:])
+    print("\n## this CPU's peaks (registers only, all threads) and our dense layers' share of them (4096 rows)")
+    print("  ".join(f"{k} {v:.0f} G{'FLOP' if k != 'int8' else 'OP'}/s" for k, v in peaks.items()))
+    shapes = list(dict.fromkeys((l[0], l[1], l[2]) for l in layers))
+    print(f"{'layer':<24}" + "".join(f"{p:>18}" for p in PRECISIONS))
+    for name, i, o in shapes:
+        cells = {l[3]: f"{float(l[4]):7.0f} ({float(l[5]):3.0f}%)" for l in layers if (l[0], l[1], l[2]) == (name, i, o)}
+        print(f"{name + ' ' + i + '→' + o:<24}" + "".join(f"{cells.get(p, '—'):>18}" for p in PRECISIONS))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="minilm,e5,cross,peak", help="comma-separated: minilm, e5, cross, peak")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=1, help="best of this many runs per engine")
+    ap.add_argument("--cross-encoder", default=None,
+                    help="models/ directory of the cross-encoder (default: skill-reranker-minilm if trained, "
+                         "else test-bert-cross-encoder)")
+    ap.add_argument("--sample", default=str(ROOT.parent / "shared/skillret-sample"))
+    args = ap.parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    os.environ["RAYON_NUM_THREADS"] = str(args.threads)
+    only = set(args.only.split(","))
+    for path, hint in [(BIN, "cargo build --release -p pipeline --examples"),
+                       (BENCH_LINEAR, "cargo build --release -p embedder --examples")]:
+        if not path.exists():
+            sys.exit(f"{path} not found: run {hint}")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    import onnxruntime
+
+    print(f"torch {torch.__version__}, sentence-transformers {metadata.version('sentence-transformers')}, "
+          f"onnxruntime {onnxruntime.__version__}, {args.threads} threads, best of {args.repeat}")
+    if "minilm" in only:
+        embedder_table("all-MiniLM-L6-v2", "all-MiniLM-L6-v2", 256, "", "", args, torch)
+    if "e5" in only:
+        embedder_table("multilingual-e5-small", "multilingual-e5-small", 512, "query: ", "passage: ", args, torch)
+    if "cross" in only:
+        model = args.cross_encoder or ("skill-reranker-minilm" if (ROOT / "models/skill-reranker-minilm").exists()
+                                       else "test-bert-cross-encoder")
+        cross_table(model, 256, args, torch)
+    if "peak" in only:
+        peak_table()
+
+
+if __name__ == "__main__":
+    main()
