@@ -23,7 +23,10 @@ const ROWS_PER_TASK: usize = MR * 16;
 pub(crate) fn supported() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bf16")
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512bf16")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -147,7 +150,7 @@ fn round_rows(dst: &mut [u16], src: &[f32], inputs: usize, padded: usize) {
 /// Rounds one row to bf16 (nearest even, as [`to_bf16`]), sixteen values per
 /// `vcvtneps2bf16`.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bf16")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 unsafe fn round_row(dst: &mut [u16], row: &[f32]) {
     use std::arch::x86_64::*;
     assert!(dst.len() >= row.len());
