@@ -71,6 +71,16 @@ def run(cmd):
     return proc.stderr
 
 
+def timed(repeat, fn):
+    """The best time of `repeat` calls of `fn`, and its last result."""
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
 def export_onnx(model_dir, kind, torch):
     """f32 and dynamic-int8 ONNX files of a model directory (cached)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -156,16 +166,8 @@ def embedder_table(name, model, max_length, query_prefix, doc_prefix, args, torc
           f"(+ {len(queries)} queries for accuracy, untimed)")
     rows = []
 
-    def timed(fn):
-        best, out = float("inf"), None
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            out = fn()
-            best = min(best, time.perf_counter() - t0)
-        return best, out
-
     enc = lambda texts: st.encode(texts, batch_size=32, convert_to_numpy=True, show_progress_bar=False)
-    seconds, ref_docs = timed(lambda: enc([doc_prefix + d for d in docs]))
+    seconds, ref_docs = timed(args.repeat, lambda: enc([doc_prefix + d for d in docs]))
     ref_queries = enc([query_prefix + q for q in queries])
     rows.append(("PyTorch f32", seconds, 1.0))
 
@@ -173,7 +175,7 @@ def embedder_table(name, model, max_length, query_prefix, doc_prefix, args, torc
     for label, path in [("ONNX Runtime f32", f32_path), ("ONNX Runtime int8", int8_path)]:
         session = ort_session(path, args.threads)
         run_ = lambda texts: ort_batches(tok, texts, None, max_length, 32, session)
-        seconds, vecs = timed(lambda: run_([doc_prefix + d for d in docs]))
+        seconds, vecs = timed(args.repeat, lambda: run_([doc_prefix + d for d in docs]))
         worst = min(cosines(vecs, ref_docs).min(), cosines(run_([query_prefix + q for q in queries]), ref_queries).min())
         rows.append((label, seconds, worst))
 
@@ -222,22 +224,14 @@ def cross_table(model, max_length, args, torch):
           f"max length {max_length}, {args.threads} threads")
     rows = []
 
-    def timed(fn):
-        best, out = float("inf"), None
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
-            out = fn()
-            best = min(best, time.perf_counter() - t0)
-        return best, out
-
-    seconds, ref = timed(lambda: ce.predict(pairs, batch_size=32, activation_fn=torch.nn.Identity(),
+    seconds, ref = timed(args.repeat, lambda: ce.predict(pairs, batch_size=32, activation_fn=torch.nn.Identity(),
                                             show_progress_bar=False))
     ref = np.asarray(ref, dtype=np.float64).reshape(-1)
     rows.append(("PyTorch f32", seconds, ref))
     f32_path, int8_path = export_onnx(model_dir, "cross", torch)
     for label, path in [("ONNX Runtime f32", f32_path), ("ONNX Runtime int8", int8_path)]:
         session = ort_session(path, args.threads)
-        seconds, out = timed(lambda: ort_batches(ce.tokenizer, [a for a, _ in pairs], [b for _, b in pairs],
+        seconds, out = timed(args.repeat, lambda: ort_batches(ce.tokenizer, [a for a, _ in pairs], [b for _, b in pairs],
                                                  max_length, 32, session))
         rows.append((label, seconds, out.reshape(-1).astype(np.float64)))
     with tempfile.TemporaryDirectory() as tmp:

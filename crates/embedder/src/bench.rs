@@ -27,11 +27,7 @@ impl Dense {
             .map(|i| ((i * 7919 % 1009) as f32 / 1009.0 - 0.5) * 0.1)
             .collect();
         let mut layer = Linear::new(weight, None, inputs, outputs);
-        layer.prepare(match precision {
-            Precision::F32 => Arithmetic::F32,
-            Precision::Bf16 => Arithmetic::Bf16,
-            Precision::Int8 => Arithmetic::Int8,
-        });
+        layer.prepare(Arithmetic::from(precision));
         Self(layer)
     }
 
@@ -43,11 +39,7 @@ impl Dense {
 
 /// Whether this CPU runs the native kernels of `precision`.
 pub fn supported(precision: Precision) -> bool {
-    match precision {
-        Precision::F32 => true,
-        Precision::Bf16 => crate::bf16::supported(),
-        Precision::Int8 => crate::int8::supported(),
-    }
+    precision.on_this_cpu() == precision
 }
 
 /// Independent accumulators per thread in the peak loops (more than the

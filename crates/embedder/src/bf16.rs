@@ -10,14 +10,12 @@
 
 use rayon::prelude::*;
 
-use crate::linear::Post;
+use crate::linear::{PACKED_ROWS_PER_TASK, Post, epilogue_start, packed_tasks, tail_mask};
 
 /// Output columns of a packed panel.
 const PANEL: usize = 64;
 /// Rows of the micro-kernel's tile.
 const MR: usize = 6;
-/// Rows of C per parallel task.
-const ROWS_PER_TASK: usize = MR * 16;
 
 /// Whether this CPU runs the bf16 kernels.
 pub(crate) fn supported() -> bool {
@@ -100,18 +98,11 @@ pub(crate) fn matmul(
     residual: Option<&[f32]>,
     post: Option<&Post>,
 ) {
+    const { assert!(PACKED_ROWS_PER_TASK.is_multiple_of(MR)) };
     let inputs_padded = 2 * w.pairs;
     let inputs = w.inputs;
     assert_eq!(a.len(), rows * inputs, "a is not rows × inputs");
     assert_eq!(c.len(), rows * w.outputs, "c is not rows × outputs");
-    assert!(
-        bias.is_none_or(|b| b.len() == w.outputs),
-        "bias is not outputs wide"
-    );
-    assert!(
-        residual.is_none_or(|r| r.len() == c.len()),
-        "residual is not rows × outputs"
-    );
     if rows == 0 {
         return;
     }
@@ -120,23 +111,15 @@ pub(crate) fn matmul(
     a16.par_chunks_mut(inputs_padded * 64)
         .zip(a.par_chunks(inputs * 64))
         .for_each(|(dst, src)| round_rows(dst, src, inputs, inputs_padded));
-    let task = ROWS_PER_TASK * w.outputs;
-    c.par_chunks_mut(task)
-        .zip(a16.par_chunks(ROWS_PER_TASK * inputs_padded))
-        .enumerate()
-        .for_each(|(i, (c, a))| {
-            let rows = c.len() / w.outputs;
-            let residual = residual.map(|r| &r[i * task..i * task + c.len()]);
-            // SAFETY: `supported()` was checked when the weight was packed for
-            // this path (see `Linear::prepare`); the slices hold `rows` full
-            // rows of A (bf16, `2·pairs` wide), C and the residual (`outputs`
-            // wide), and the packed weight holds every panel and pair the
-            // kernel reads.
-            unsafe { tile_rows(c, a, rows, w, bias, residual) };
-            if let Some(post) = post {
-                post(c);
-            }
-        });
+    packed_tasks(c, w.outputs, bias, residual, post, |first, c, residual| {
+        let rows = c.len() / w.outputs;
+        let a = &a16[first * inputs_padded..(first + rows) * inputs_padded];
+        // SAFETY: `supported()` was checked when the weight was packed for
+        // this path (see `Linear::prepare`); the slices hold `rows` full rows
+        // of A (bf16, `2·pairs` wide), C and the residual (`outputs` wide),
+        // and the packed weight holds every panel and pair the kernel reads.
+        unsafe { tile_rows(c, a, rows, w, bias, residual) };
+    });
 }
 
 fn round_rows(dst: &mut [u16], src: &[f32], inputs: usize, padded: usize) {
@@ -157,12 +140,7 @@ unsafe fn round_row(dst: &mut [u16], row: &[f32]) {
     let n = row.len();
     let mut i = 0;
     while i < n {
-        let left = n - i;
-        let mask: __mmask16 = if left >= 16 {
-            0xffff
-        } else {
-            (1u16 << left) - 1
-        };
+        let mask = tail_mask(n - i);
         // SAFETY: the masked lanes are values i..min(i + 16, n) of `row`
         // and of `dst`; bf16 vectors are 16-bit lanes, reinterpreted.
         unsafe {
@@ -293,24 +271,13 @@ unsafe fn kernel<const R: usize>(t: &Tile<'_>, c: &mut [f32], ldc: usize) {
         if col >= cols {
             break;
         }
-        let left = cols - col;
-        let mask: __mmask16 = if left >= 16 {
-            0xffff
-        } else {
-            (1u16 << left) - 1
-        };
+        let mask = tail_mask(cols - col);
         // SAFETY: the masked lanes of the bias, C and the residual are
         // columns col..col+left < cols of each row, inside their slices.
         unsafe {
             let bias = _mm512_maskz_loadu_ps(mask, t.bias.as_ptr().add(col));
             for (row, acc) in acc.iter().enumerate() {
-                let init = match t.residual {
-                    Some(res) => _mm512_add_ps(
-                        bias,
-                        _mm512_maskz_loadu_ps(mask, res.as_ptr().add(row * ldc + col)),
-                    ),
-                    None => bias,
-                };
+                let init = epilogue_start(bias, t.residual, row * ldc + col, mask);
                 _mm512_mask_storeu_ps(cp.add(row * ldc + col), mask, _mm512_add_ps(init, acc[v]));
             }
         }

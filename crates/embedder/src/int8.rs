@@ -15,14 +15,12 @@
 
 use rayon::prelude::*;
 
-use crate::linear::Post;
+use crate::linear::{PACKED_ROWS_PER_TASK, Post, epilogue_start, packed_tasks, tail_mask};
 
 /// Output columns of a packed panel.
 const PANEL: usize = 64;
 /// Rows of the micro-kernel's tile.
 const MR: usize = 6;
-/// Rows of C per parallel task.
-const ROWS_PER_TASK: usize = MR * 16;
 /// Inputs per step of the kernel (four bytes per 32-bit lane).
 const GROUP: usize = 4;
 
@@ -155,14 +153,7 @@ unsafe fn quantise_row(dst: &mut [u8], row: &[f32]) -> f32 {
     use std::arch::x86_64::*;
     assert!(dst.len() >= row.len());
     let n = row.len();
-    let mask = |i: usize| -> __mmask16 {
-        let left = n - i;
-        if left >= 16 {
-            0xffff
-        } else {
-            (1u16 << left) - 1
-        }
-    };
+    let mask = |i: usize| tail_mask(n - i);
     let src = row.as_ptr();
     let out = dst.as_mut_ptr();
     let mut max = _mm512_setzero_ps();
@@ -213,39 +204,25 @@ pub(crate) fn matmul(
     residual: Option<&[f32]>,
     post: Option<&Post>,
 ) {
+    const { assert!(PACKED_ROWS_PER_TASK.is_multiple_of(MR)) };
     let padded = GROUP * w.groups;
     assert_eq!(a.len(), rows * w.inputs, "a is not rows × inputs");
     assert_eq!(c.len(), rows * w.outputs, "c is not rows × outputs");
-    assert!(
-        bias.is_none_or(|b| b.len() == w.outputs),
-        "bias is not outputs wide"
-    );
-    assert!(
-        residual.is_none_or(|r| r.len() == c.len()),
-        "residual is not rows × outputs"
-    );
     if rows == 0 {
         return;
     }
     let q = quantise_rows(a, rows, w.inputs, padded);
-    let task = ROWS_PER_TASK * w.outputs;
-    c.par_chunks_mut(task)
-        .zip(q.data.par_chunks(ROWS_PER_TASK * padded))
-        .zip(q.scale.par_chunks(ROWS_PER_TASK))
-        .enumerate()
-        .for_each(|(i, ((c, a), scale))| {
-            let rows = c.len() / w.outputs;
-            let residual = residual.map(|r| &r[i * task..i * task + c.len()]);
-            // SAFETY: `supported()` was checked when the weight was packed for
-            // this path (see `Linear::prepare`); the slices hold `rows` full
-            // rows of A (`padded` bytes), their scales, C and the residual
-            // (`outputs` wide), and the packed weight holds every panel and
-            // group the kernel reads.
-            unsafe { tile_rows(c, a, scale, rows, w, bias, residual) };
-            if let Some(post) = post {
-                post(c);
-            }
-        });
+    packed_tasks(c, w.outputs, bias, residual, post, |first, c, residual| {
+        let rows = c.len() / w.outputs;
+        let a = &q.data[first * padded..(first + rows) * padded];
+        let scale = &q.scale[first..first + rows];
+        // SAFETY: `supported()` was checked when the weight was packed for
+        // this path (see `Linear::prepare`); the slices hold `rows` full rows
+        // of A (`padded` bytes), their scales, C and the residual (`outputs`
+        // wide), and the packed weight holds every panel and group the
+        // kernel reads.
+        unsafe { tile_rows(c, a, scale, rows, w, bias, residual) };
+    });
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -381,12 +358,7 @@ unsafe fn kernel<const R: usize>(t: &Tile<'_>, c: &mut [f32], ldc: usize) {
         if col >= cols {
             break;
         }
-        let left = cols - col;
-        let mask: __mmask16 = if left >= 16 {
-            0xffff
-        } else {
-            (1u16 << left) - 1
-        };
+        let mask = tail_mask(cols - col);
         // SAFETY: the panel's scales and offsets hold 64 columns (checked
         // above); the masked lanes of the bias, C and the residual are
         // columns col..col+left < cols of each row, inside their slices.
@@ -397,13 +369,7 @@ unsafe fn kernel<const R: usize>(t: &Tile<'_>, c: &mut [f32], ldc: usize) {
             for (row, acc) in acc.iter().enumerate() {
                 let sum = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[v], offset));
                 let step = _mm512_mul_ps(scale, _mm512_set1_ps(t.row_scale[row]));
-                let init = match t.residual {
-                    Some(res) => _mm512_add_ps(
-                        bias,
-                        _mm512_maskz_loadu_ps(mask, res.as_ptr().add(row * ldc + col)),
-                    ),
-                    None => bias,
-                };
+                let init = epilogue_start(bias, t.residual, row * ldc + col, mask);
                 _mm512_mask_storeu_ps(
                     cp.add(row * ldc + col),
                     mask,

@@ -13,8 +13,91 @@ use crate::kernels::{self, View, matmul};
 /// activation), on each parallel task's rows while they are in cache.
 pub(crate) type Post<'a> = dyn Fn(&mut [f32]) + Sync + 'a;
 
+/// Rows of the output per parallel task of the packed (bf16, int8) kernels:
+/// sixteen of their 6-row tiles.
+pub(crate) const PACKED_ROWS_PER_TASK: usize = 96;
+
+/// What every packed product (bf16, int8) shares around its kernel: the
+/// shape checks, and the split of `c` (and of the residual) into parallel
+/// tasks of [`PACKED_ROWS_PER_TASK`] rows of `outputs`. `kernel(first_row,
+/// c_rows, residual_rows)` writes a task's rows; `post` then runs on them
+/// while they are in cache.
+pub(crate) fn packed_tasks(
+    c: &mut [f32],
+    outputs: usize,
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    post: Option<&Post>,
+    kernel: impl Fn(usize, &mut [f32], Option<&[f32]>) + Sync,
+) {
+    assert!(c.len().is_multiple_of(outputs), "c is not rows × outputs");
+    assert!(
+        bias.is_none_or(|b| b.len() == outputs),
+        "bias is not outputs wide"
+    );
+    assert!(
+        residual.is_none_or(|r| r.len() == c.len()),
+        "residual is not rows × outputs"
+    );
+    let task = PACKED_ROWS_PER_TASK * outputs;
+    c.par_chunks_mut(task).enumerate().for_each(|(i, c)| {
+        let residual = residual.map(|r| &r[i * task..i * task + c.len()]);
+        kernel(i * PACKED_ROWS_PER_TASK, c, residual);
+        if let Some(post) = post {
+            post(c);
+        }
+    });
+}
+
+/// The lanes of a 16-wide vector that hold `left` remaining values (all
+/// sixteen when at least that many remain).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[inline(always)]
+pub(crate) fn tail_mask(left: usize) -> u16 {
+    if left >= 16 {
+        0xffff
+    } else {
+        (1u16 << left) - 1
+    }
+}
+
+/// Where a packed kernel's epilogue starts a row's 16 columns: the bias
+/// vector, plus the residual's lanes at `at` where there is one.
+///
+/// # Safety
+/// The masked lanes `at..at + 16` of `residual` lie inside it, and the CPU
+/// has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) unsafe fn epilogue_start(
+    bias: std::arch::x86_64::__m512,
+    residual: Option<&[f32]>,
+    at: usize,
+    mask: u16,
+) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    match residual {
+        // SAFETY: the caller's contract.
+        Some(res) => _mm512_add_ps(bias, unsafe {
+            _mm512_maskz_loadu_ps(mask, res.as_ptr().add(at))
+        }),
+        None => bias,
+    }
+}
+
 /// Rows per parallel task of the row-wise kernels.
 pub(crate) const ROW_BLOCK: usize = 64;
+
+impl From<crate::Precision> for Arithmetic {
+    fn from(precision: crate::Precision) -> Self {
+        match precision {
+            crate::Precision::F32 => Self::F32,
+            crate::Precision::Bf16 => Self::Bf16,
+            crate::Precision::Int8 => Self::Int8,
+        }
+    }
+}
 
 /// The role of a linear layer in a transformer block, as [`Plan`] tells them
 /// apart.

@@ -141,32 +141,21 @@ impl ModelConfig {
 /// The native engine's arithmetic for `precision` on this CPU, and the
 /// words that say what it runs (and why, where it falls back to f32).
 fn native_plan(precision: Precision) -> (Plan, String) {
-    let (arithmetic, note) = match precision {
-        Precision::F32 => (Arithmetic::F32, "f32".to_owned()),
-        Precision::Bf16 if crate::bf16::supported() => (Arithmetic::Bf16, "bf16".to_owned()),
-        Precision::Bf16 => (
-            Arithmetic::F32,
-            "f32: this CPU has no AVX-512 BF16".to_owned(),
-        ),
-        Precision::Int8 if crate::int8::supported() => {
-            let plan = Plan::new(Arithmetic::Int8);
+    let arithmetic = Arithmetic::from(precision.on_this_cpu());
+    let plan = Plan::new(arithmetic);
+    let note = match (precision, arithmetic) {
+        (Precision::Bf16, Arithmetic::F32) => "f32: this CPU has no AVX-512 BF16".to_owned(),
+        (Precision::Int8, Arithmetic::F32) => "f32: this CPU has no AVX-512 VNNI".to_owned(),
+        (_, Arithmetic::Int8) if !INT8_KEPT.is_empty() => {
             let kept: Vec<String> = INT8_KEPT
                 .iter()
                 .map(|role| format!("{} in {:?}", role.name(), plan.of(*role)).to_lowercase())
                 .collect();
-            let note = if kept.is_empty() {
-                "int8".to_owned()
-            } else {
-                format!("int8 ({})", kept.join(", "))
-            };
-            (Arithmetic::Int8, note)
+            format!("int8 ({})", kept.join(", "))
         }
-        Precision::Int8 => (
-            Arithmetic::F32,
-            "f32: this CPU has no AVX-512 VNNI".to_owned(),
-        ),
+        (_, a) => format!("{a:?}").to_lowercase(),
     };
-    (Plan::new(arithmetic), note)
+    (plan, note)
 }
 
 /// Loads `config`'s weights on the engine `backend` asks for; returns the
