@@ -62,7 +62,7 @@ impl QkvLayout {
 /// `lengths` are the sequences laid end to end in `qkv` (rows of
 /// `layout.stride`) and in `out` (rows of `query·dim`, head after head).
 ///
-/// `packed` holds the keys and values the fast path packs: reused from one
+/// `packed` holds the keys the fast path packs: reused from one
 /// call to the next, it saves fresh allocations.
 pub(crate) fn attention(
     heads: Heads,
@@ -100,9 +100,9 @@ fn run(
     assert!(qkv.len() >= total * layout.stride && out.len() >= total * width);
     // Tasks own disjoint row ranges of `out`: one block of queries of one
     // sequence, every head.
-    // The fast path reads keys and values packed once per sequence and
-    // key/value head (keys in blocks of 16, values contiguous), shared by
-    // every task of the sequence.
+    // The fast path reads keys packed once per sequence and key/value head
+    // (in blocks of 16), shared by every task of the sequence; values are
+    // read in place.
     if fast {
         packed.fill(heads, lengths, qkv, layout);
     }
@@ -270,7 +270,8 @@ impl Task<'_> {
         scratch.sum.resize(states, 0.0);
         scratch.alpha.resize(MR, 0.0);
         for kv_head in 0..heads.kv {
-            let (packed_keys, values) = packed.get(self.index, kv_head);
+            let packed_keys = packed.get(self.index, kv_head);
+            let values = &seq[layout.v + kv_head * d..];
             let mut k0 = 0;
             while k0 < keys {
                 let n = (keys - k0).min(KEYS);
@@ -312,8 +313,8 @@ impl Task<'_> {
                             mr,
                             &scratch.scores,
                             seen,
-                            &values[k0 * d..],
-                            d,
+                            &values[k0 * stride..],
+                            stride,
                             d,
                             &scratch.alpha,
                             k0 == 0,
@@ -358,21 +359,19 @@ mod fast {
         }
     }
 
-    /// Keys and values of every sequence and key/value head of a batch:
-    /// keys in blocks of 16, `[block][c][16]` (zeros past the last key),
-    /// values row after row, `[key][c]`.
+    /// Keys of every sequence and key/value head of a batch, in blocks of
+    /// 16: `[block][c][16]` (zeros past the last key).
     #[derive(Default)]
     pub(crate) struct Packed {
         keys: Vec<f32>,
-        values: Vec<f32>,
-        /// Per (sequence, kv head): start of its keys and of its values.
-        offsets: Vec<(usize, usize)>,
+        /// Per (sequence, kv head): start of its keys.
+        offsets: Vec<usize>,
         kv: usize,
     }
 
     impl Packed {
-        /// Packs the keys and values of a batch (the buffers' capacity is
-        /// kept from one batch to the next).
+        /// Packs the keys of a batch (the buffer's capacity is kept from one
+        /// batch to the next).
         pub(super) fn fill(
             &mut self,
             heads: super::Heads,
@@ -384,34 +383,29 @@ mod fast {
             let d = heads.dim;
             let offsets = &mut self.offsets;
             offsets.clear();
-            let (mut k_size, mut v_size) = (0, 0);
+            let mut size = 0;
             for &len in lengths {
                 for _ in 0..heads.kv {
-                    offsets.push((k_size, v_size));
-                    k_size += len.div_ceil(16) * 16 * d;
-                    v_size += len * d;
+                    offsets.push(size);
+                    size += len.div_ceil(16) * 16 * d;
                 }
             }
             // Every value is written below: padding keys explicitly.
             let keys = &mut self.keys;
-            keys.resize(k_size, 0.0);
-            let values = &mut self.values;
-            values.resize(v_size, 0.0);
-            // Split both buffers into the (sequence, head) parts, in order.
+            keys.resize(size, 0.0);
+            // Split the buffer into the (sequence, head) parts, in order.
             let mut parts = Vec::with_capacity(offsets.len());
-            let (mut k_rest, mut v_rest) = (&mut keys[..], &mut values[..]);
+            let mut rest = &mut keys[..];
             let mut start = 0;
             for &len in lengths {
                 for h in 0..heads.kv {
-                    let (k, kt) = k_rest.split_at_mut(len.div_ceil(16) * 16 * d);
-                    let (v, vt) = v_rest.split_at_mut(len * d);
-                    parts.push((start, len, h, k, v));
-                    k_rest = kt;
-                    v_rest = vt;
+                    let (k, tail) = rest.split_at_mut(len.div_ceil(16) * 16 * d);
+                    parts.push((start, len, h, k));
+                    rest = tail;
                 }
                 start += len;
             }
-            parts.into_par_iter().for_each(|(start, len, h, k, v)| {
+            parts.into_par_iter().for_each(|(start, len, h, k)| {
                 let stride = layout.stride;
                 // The last block's padding lanes interleave with its keys: clear it whole.
                 k[(len / 16) * d * 16..].fill(0.0);
@@ -422,23 +416,16 @@ mod fast {
                     for (c, &x) in key.iter().enumerate() {
                         block[c * 16 + j % 16] = x;
                     }
-                    v[j * d..(j + 1) * d]
-                        .copy_from_slice(&row[layout.v + h * d..layout.v + (h + 1) * d]);
                 }
             });
             self.kv = heads.kv;
         }
 
-        /// The packed keys and the values of sequence `s`, head `h`.
-        pub(super) fn get(&self, s: usize, h: usize) -> (&[f32], &[f32]) {
+        /// The packed keys of sequence `s`, head `h`.
+        pub(super) fn get(&self, s: usize, h: usize) -> &[f32] {
             let i = s * self.kv + h;
-            let (k, v) = self.offsets[i];
-            let (k_end, v_end) = self
-                .offsets
-                .get(i + 1)
-                .copied()
-                .unwrap_or((self.keys.len(), self.values.len()));
-            (&self.keys[k..k_end], &self.values[v..v_end])
+            let end = self.offsets.get(i + 1).copied().unwrap_or(self.keys.len());
+            &self.keys[self.offsets[i]..end]
         }
     }
 

@@ -165,7 +165,10 @@ fn exp(x: f32) -> f32 {
     // n is in [-126, 128]; build 2^n from its exponent bits (2^128 only for
     // x near the clamp, where the polynomial is below 1 and the product
     // stays finite after the split below).
-    let n = n as i32;
+    // `n as i32` would be a saturating conversion that the compiler does
+    // lane by lane; adding 1.5·2^23 puts the integer n in the low mantissa
+    // bits instead (exact for |n| < 2^22), which vectorises.
+    let n = (n + 12_582_912.0).to_bits() as i32 - 0x4b40_0000;
     let half = n / 2;
     let a = f32::from_bits(((half + 127) as u32) << 23);
     let b = f32::from_bits(((n - half + 127) as u32) << 23);
