@@ -17,6 +17,9 @@ pub enum Error {
         /// The cause.
         source: std::io::Error,
     },
+    /// A call to a vector database failed (unreachable, timed out, refused).
+    #[error("{0}")]
+    Milvus(String),
     /// A saved index that must not be used: stale, foreign or damaged.
     #[error("refusing the index at {}: {why}", path.display())]
     Refused {

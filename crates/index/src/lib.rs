@@ -5,9 +5,11 @@
 //! - [`bm25`]: BM25 exactly as the official baseline computes it with bm25s.
 //! - [`hnsw`]: approximate top-k with HNSW (hnsw_rs), saved and loaded with a
 //!   checked header, and its recall against exact search.
+//! - [`milvus`]: a Milvus collection (standalone, cluster or Milvus Lite),
+//!   uploaded idempotently and searched by inner product (FLAT or HNSW).
 //! - [`fusion`]: reciprocal-rank fusion of any candidate lists (hybrid BM25 + dense).
 //!
-//! The two vector indexes answer through one trait, [`VectorIndex`], so a run
+//! The vector indexes answer through one trait, [`VectorIndex`], so a run
 //! swaps one for the other without other changes.
 //!
 //! Rankings are `eval::ScoredDoc` lists in trec_eval order (score descending,
@@ -19,12 +21,14 @@ mod error;
 pub mod exact;
 pub mod fusion;
 pub mod hnsw;
+pub mod milvus;
 
 use std::sync::Arc;
 
 pub use error::Error;
 pub use exact::ExactIndex;
 pub use hnsw::{HnswIndex, HnswParams};
+pub use milvus::{MilvusIndex, MilvusIndexType, MilvusParams};
 
 /// A searchable set of vectors: exact or approximate.
 pub trait VectorIndex: Send + Sync {
