@@ -986,3 +986,113 @@ fn hub_configs_fail_fast_with_the_hint_where_the_hub_is_unreachable() {
         assert!(!out_dir.exists(), "{name}: nothing is written");
     }
 }
+
+/// The Milvus server the tests share (`scripts/milvus.sh start`), or `None`
+/// with a note; with `MILVUS_REQUIRED=1` (CI) its absence fails the test.
+fn milvus_server() -> Option<String> {
+    let uri = std::env::var("MILVUS_URI").unwrap_or_else(|_| "http://127.0.0.1:19530".to_owned());
+    let address = uri
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let up = address
+        .parse::<std::net::SocketAddr>()
+        .ok()
+        .is_some_and(|a| {
+            std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_millis(500)).is_ok()
+        });
+    if up {
+        return Some(uri);
+    }
+    assert!(
+        std::env::var("MILVUS_REQUIRED").as_deref() != Ok("1"),
+        "MILVUS_REQUIRED=1 but no Milvus answers at {uri}"
+    );
+    eprintln!("skipping: no Milvus at {uri} (scripts/milvus.sh start)");
+    None
+}
+
+/// configs/minilm-milvus.toml with the models' path made absolute and the
+/// Milvus settings given.
+fn milvus_config(uri: &str, index_type: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::fs::read_to_string(configs().join("minilm-milvus.toml"))
+        .unwrap()
+        .replace("\"models/", &format!("\"{}/models/", root.display()))
+        .replace(
+            "uri = \"http://127.0.0.1:19530\"",
+            &format!("uri = \"{uri}\""),
+        )
+        .replace(
+            "index_type = \"HNSW\"",
+            &format!("index_type = \"{index_type}\""),
+        )
+}
+
+#[test]
+fn run_with_milvus_flat_ranks_as_exact_search_and_reports_its_recall() {
+    let (Some(_), Some(uri)) = (minilm(), milvus_server()) else {
+        return;
+    };
+    let tiny = fixture("tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let exact_config = milvus_config(&uri, "FLAT")
+        .replace("index = \"milvus\"", "index = \"exact\"")
+        .split("[retriever.milvus]")
+        .next()
+        .unwrap()
+        .to_owned()
+        + "[eval]\nk = [5, 10, 15]\n";
+    let exact = run_config(dir.path(), &exact_config, &tiny, "exact");
+    assert!(exact.status.success(), "{}", text(&exact.stderr));
+    for (index_type, out) in [("FLAT", "flat"), ("HNSW", "hnsw"), ("HNSW", "again")] {
+        let run = run_config(dir.path(), &milvus_config(&uri, index_type), &tiny, out);
+        let err = text(&run.stderr);
+        assert!(run.status.success(), "{err}");
+        assert!(err.contains(&format!("{index_type} index")), "{err}");
+        let report = std::fs::read_to_string(dir.path().join(out).join("report.md")).unwrap();
+        assert!(report.contains("Milvus (collection skillret_"), "{report}");
+        let metrics: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join(out).join("metrics.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(metrics["milvus_recall"]["index_type"], index_type);
+        assert!(metrics["milvus_recall"]["Recall@10"].as_f64().unwrap() >= 0.9);
+    }
+    // FLAT: the exact run's rankings; the scores differ in the last bits
+    // (the server sums in its own order).
+    let exact = read_run(&dir.path().join("exact/run.retriever.trec"));
+    let flat = read_run(&dir.path().join("flat/run.retriever.trec"));
+    assert_eq!(exact.len(), flat.len());
+    for (e, f) in exact.iter().zip(&flat) {
+        assert_eq!((&e.0, &e.1), (&f.0, &f.1));
+        assert!((e.2 - f.2).abs() < 1e-6, "{e:?} {f:?}");
+    }
+    // The second HNSW run finds the collection and its index as they were.
+    let again = text(&run_config(dir.path(), &milvus_config(&uri, "HNSW"), &tiny, "third").stderr);
+    assert!(again.contains("0 uploaded, HNSW index found"), "{again}");
+}
+
+#[test]
+fn run_with_milvus_down_fails_within_seconds_and_writes_nothing() {
+    let Some(_) = minilm() else { return };
+    let tiny = fixture("tiny");
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens there.
+    let started = std::time::Instant::now();
+    let out = run_config(
+        dir.path(),
+        &milvus_config("http://127.0.0.1:19529", "HNSW").replace("timeout_s = 10", "timeout_s = 3"),
+        &tiny,
+        "down",
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("cannot reach Milvus at http://127.0.0.1:19529")
+            && err.contains("scripts/milvus.sh start"),
+        "{err}"
+    );
+    assert!(!dir.path().join("down/metrics.json").exists());
+}

@@ -35,6 +35,8 @@ const VECTOR_FIELD: &str = "vector";
 /// The collection property that ties it to its vectors (Milvus Lite keeps
 /// properties, not descriptions).
 const KEY_PROPERTY: &str = "skillret.vectors";
+/// The collection property that records how its index was built.
+const INDEX_PROPERTY: &str = "skillret.index";
 /// Longest document id a collection takes (Milvus VarChar `max_length`).
 const MAX_ID_BYTES: u32 = 1024;
 /// Queries per search request.
@@ -54,14 +56,25 @@ pub enum MilvusIndexType {
     Hnsw,
 }
 
+impl MilvusIndexType {
+    /// Milvus's name of the index type.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Flat => "FLAT",
+            Self::Hnsw => "HNSW",
+        }
+    }
+}
+
 /// Where the server is and how the collection is indexed (`[retriever.milvus]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MilvusParams {
     /// The server, e.g. `http://127.0.0.1:19530` (`https://` for TLS).
     pub uri: String,
-    /// `user:password` or an API key, where the server asks for one.
-    #[serde(default)]
+    /// `user:password` or an API key, where the server asks for one (never
+    /// written out with the settings).
+    #[serde(default, skip_serializing)]
     pub token: Option<String>,
     /// The collection (default: `skillret_` and the first 24 hex digits of
     /// the vectors' content key, so that a collection never holds vectors
@@ -266,28 +279,9 @@ impl MilvusIndex {
                 return Err(Error::Invalid(format!("document id {id:?} appears twice")));
             }
         }
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| {
-                Error::Invalid(format!("cannot start the Milvus client's runtime: {e}"))
-            })?;
+        let runtime = runtime()?;
         let collection = params.collection_name(key);
-        let config = ConnectConfig::new()
-            .uri(params.uri.clone())
-            .connect_timeout(params.timeout())
-            .rpc_timeout(params.timeout());
-        let config = match &params.token {
-            Some(token) => config.token(token.clone()),
-            None => config,
-        };
-        let client = runtime.block_on(async {
-            match tokio::time::timeout(params.timeout(), ClientV2::new(&config)).await {
-                Ok(Ok(client)) => Ok(client),
-                Ok(Err(e)) => Err(unreachable(params, &e.to_string())),
-                Err(_) => Err(unreachable(params, "no answer")),
-            }
-        })?;
+        let client = runtime.block_on(connect(params))?;
         let mut index = Self {
             runtime,
             client,
@@ -352,6 +346,7 @@ impl MilvusIndex {
                 ),
             )?
             .exists();
+        let mut properties = HashMap::new();
         if exists {
             let described = self.call(
                 "describe_collection",
@@ -373,6 +368,7 @@ impl MilvusIndex {
                     "it holds other vectors ({found:?}; this run needs {expected:?})"
                 )));
             }
+            properties = described.description().get_properties().clone();
         } else {
             let schema = CollectionSchema::new()
                 .description(&expected)
@@ -440,7 +436,7 @@ impl MilvusIndex {
                 .map_err(|e| self.failed("flush", &e.to_string()))?;
             self.call("flush", self.client.flush(request))?;
         }
-        let indexed = self.ensure_index()?;
+        let indexed = self.ensure_index(&properties)?;
         let request = LoadCollectionRequest::builder()
             .collection_name(&name)
             .sync(true)
@@ -539,22 +535,8 @@ impl MilvusIndex {
         usize::try_from(count).map_err(|_| self.failed("count", "negative count"))
     }
 
-    /// Builds the index unless one is there; whether it built one.
-    fn ensure_index(&self) -> Result<bool, Error> {
-        // Milvus Lite has no ListIndexes: ask for the vector field's index,
-        // which is error 700 where there is none.
-        let request = DescribeIndexRequest::builder()
-            .collection_name(&self.collection)
-            .field_name(VECTOR_FIELD)
-            .build()
-            .map_err(|e| self.failed("describe_index", &e.to_string()))?;
-        match self.call("describe_index", self.client.describe_index(request)) {
-            Ok(described) if !described.indexes().is_empty() => return Ok(false),
-            Ok(_) => {}
-            // Milvus's ErrIndexNotFound.
-            Err(Error::Milvus(why)) if why.contains("code=700") => {}
-            Err(e) => return Err(e),
-        }
+    /// The index this run asks for.
+    fn index_param(&self) -> IndexParam {
         let mut extra = HashMap::new();
         let index_type = match self.params.index_type {
             MilvusIndexType::Flat => IndexType::Flat,
@@ -567,21 +549,114 @@ impl MilvusIndex {
                 IndexType::Hnsw
             }
         };
-        let param = IndexParam::new()
+        IndexParam::new()
             .field_name(VECTOR_FIELD)
             .index_type(index_type)
             .metric_type(MetricType::Ip)
-            .extra_params(extra);
+            .extra_params(extra)
+    }
+
+    /// Builds the index unless one with this run's parameters is there
+    /// (one with others is dropped first); whether it built one.
+    fn ensure_index(&self, properties: &HashMap<String, String>) -> Result<bool, Error> {
+        // Milvus Lite has no ListIndexes: ask for the vector field's index,
+        // which is error 700 where there is none.
+        let request = DescribeIndexRequest::builder()
+            .collection_name(&self.collection)
+            .field_name(VECTOR_FIELD)
+            .build()
+            .map_err(|e| self.failed("describe_index", &e.to_string()))?;
+        let found = match self.call("describe_index", self.client.describe_index(request)) {
+            Ok(described) => described.indexes().first().cloned(),
+            // Milvus's ErrIndexNotFound.
+            Err(Error::Milvus(why)) if why.contains("code=700") => None,
+            Err(e) => return Err(e),
+        };
+        // What it was built with, as recorded beside it (Milvus Lite does not
+        // report an index's parameters).
+        let wanted = self.index_description();
+        if let Some(found) = found {
+            if properties.get(INDEX_PROPERTY) == Some(&wanted) {
+                return Ok(false);
+            }
+            // Built with other parameters: release, drop, build anew.
+            let request = ReleaseCollectionRequest::builder()
+                .collection_name(&self.collection)
+                .build()
+                .map_err(|e| self.failed("release_collection", &e.to_string()))?;
+            self.call(
+                "release_collection",
+                self.client.release_collection(request),
+            )?;
+            let request = DropIndexRequest::builder()
+                .collection_name(&self.collection)
+                .field_name(VECTOR_FIELD)
+                .index_name(found.get_index_name())
+                .build()
+                .map_err(|e| self.failed("drop_index", &e.to_string()))?;
+            self.call("drop_index", self.client.drop_index(request))?;
+        }
         // Milvus Lite has no AllocTimestamp, which the synchronous path waits
-        // on: create without waiting; the load below waits for the index.
+        // on: create without waiting; the load waits for the index.
         let request = CreateIndexRequest::builder()
             .collection_name(&self.collection)
-            .index_param(param)
+            .index_param(self.index_param())
             .sync(false)
             .build()
             .map_err(|e| self.failed("create_index", &e.to_string()))?;
         self.call("create_index", self.client.create_index(request))?;
+        let request = AlterCollectionPropertiesRequest::builder()
+            .collection_name(&self.collection)
+            .property(INDEX_PROPERTY, wanted)
+            .build()
+            .map_err(|e| self.failed("alter_collection_properties", &e.to_string()))?;
+        self.call(
+            "alter_collection_properties",
+            self.client.alter_collection_properties(request),
+        )?;
         Ok(true)
+    }
+
+    /// The index this run asks for, in words (recorded in [`INDEX_PROPERTY`]).
+    fn index_description(&self) -> String {
+        match self.params.index_type {
+            MilvusIndexType::Flat => "FLAT IP".to_owned(),
+            MilvusIndexType::Hnsw => format!(
+                "HNSW IP M={} efConstruction={}",
+                self.params.m, self.params.ef_construction
+            ),
+        }
+    }
+}
+
+/// Connects to the server of `params` and hangs up: an error naming the URI
+/// (within [`MilvusParams::timeout_s`]) where it does not answer.
+pub fn check_server(params: &MilvusParams) -> Result<(), Error> {
+    params.validate()?;
+    let runtime = runtime()?;
+    runtime.block_on(connect(params)).map(drop)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Invalid(format!("cannot start the Milvus client's runtime: {e}")))
+}
+
+async fn connect(params: &MilvusParams) -> Result<ClientV2, Error> {
+    let config = ConnectConfig::new()
+        .uri(params.uri.clone())
+        .connect_timeout(params.timeout())
+        .rpc_timeout(params.timeout());
+    let config = match &params.token {
+        Some(token) => config.token(token.clone()),
+        None => config,
+    };
+    match tokio::time::timeout(params.timeout(), ClientV2::new(&config)).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(unreachable(params, &e.to_string())),
+        Err(_) => Err(unreachable(params, "no answer")),
     }
 }
 

@@ -121,12 +121,27 @@ fn flat_ranks_as_exact_search_and_a_second_open_reuses_the_collection() {
         }
     }
     drop(milvus);
-    let (again, upload) = MilvusIndex::open(&p, "key-a", ids, &vectors, DIM, &|_| {}).unwrap();
+    let (again, upload) =
+        MilvusIndex::open(&p, "key-a", ids.clone(), &vectors, DIM, &|_| {}).unwrap();
     assert_eq!(
         (upload.found, upload.uploaded, upload.indexed),
         (700, 0, false)
     );
     assert_eq!(again.search(&queries, 20).unwrap(), found);
+    drop(again);
+    // Other index parameters: the index is built anew over the same rows.
+    let hnsw = MilvusParams {
+        index_type: MilvusIndexType::Hnsw,
+        ..p.clone()
+    };
+    let (_, upload) =
+        MilvusIndex::open(&hnsw, "key-a", ids.clone(), &vectors, DIM, &|_| {}).unwrap();
+    assert_eq!(
+        (upload.found, upload.uploaded, upload.indexed),
+        (700, 0, true)
+    );
+    let (_, upload) = MilvusIndex::open(&hnsw, "key-a", ids, &vectors, DIM, &|_| {}).unwrap();
+    assert!(!upload.indexed);
     drop_collection(&uri, &name);
 }
 

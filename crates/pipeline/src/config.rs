@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use embedder::{Backend, Pooling, Precision};
-use index::HnswParams;
+use index::{HnswParams, MilvusParams};
 use serde::{Deserialize, Serialize};
 
 /// The file as written.
@@ -70,6 +70,7 @@ struct RawRetriever {
     #[serde(default = "default_top_n")]
     top_n: usize,
     hnsw: Option<HnswParams>,
+    milvus: Option<MilvusParams>,
     /// Reciprocal-rank fusion constant (hybrid).
     rrf_k: Option<f64>,
     /// How deep each list goes into the fusion (hybrid).
@@ -167,6 +168,9 @@ pub enum IndexKind {
     Exact,
     /// HNSW graph (hnsw_rs), with its recall against exact search reported.
     Hnsw,
+    /// A Milvus collection (`[retriever.milvus]`), with its recall against
+    /// exact search reported.
+    Milvus,
 }
 
 /// Where the data comes from.
@@ -247,6 +251,8 @@ pub struct RetrieverSettings {
     pub index: IndexKind,
     /// HNSW parameters (when `index` is HNSW).
     pub hnsw: HnswParams,
+    /// The Milvus server and collection (when `index` is Milvus).
+    pub milvus: Option<MilvusParams>,
     /// Candidates per query.
     pub top_n: usize,
     /// Reciprocal-rank fusion constant.
@@ -358,6 +364,22 @@ fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
         .with_context(|| format!("{file}: [retriever.hnsw]"))?;
     if r.hnsw.is_some() && r.index != IndexKind::Hnsw {
         bail!("{file}: [retriever.hnsw] is set but index is not \"hnsw\"");
+    }
+    match (&r.milvus, r.index) {
+        (Some(m), IndexKind::Milvus) => m
+            .validate()
+            .with_context(|| format!("{file}: [retriever.milvus]"))?,
+        (None, IndexKind::Milvus) => bail!(
+            "{file}: index = \"milvus\" needs a [retriever.milvus] section with at least uri (e.g. uri = \"http://127.0.0.1:19530\")"
+        ),
+        (Some(_), _) => bail!("{file}: [retriever.milvus] is set but index is not \"milvus\""),
+        (None, _) => {}
+    }
+    if r.index != IndexKind::Exact && r.kind == RetrieverKind::Bm25 {
+        bail!(
+            "{file}: index = {:?} needs vectors; a bm25 retriever has none",
+            r.index
+        );
     }
     if r.kind != RetrieverKind::Hybrid && (r.rrf_k.is_some() || r.fusion_depth.is_some()) {
         bail!("{file}: rrf_k and fusion_depth apply to kind = \"hybrid\" only");
@@ -471,6 +493,7 @@ fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
             kind: r.kind,
             index: r.index,
             hnsw,
+            milvus: r.milvus,
             top_n: r.top_n,
             rrf_k,
             fusion_depth,
@@ -591,9 +614,54 @@ mod tests {
                 &DENSE.replace("model = \"m\"", "model = \"a/b\"\nrevision = \"main\""),
                 "40-hex",
             ),
+            (
+                &format!("{DENSE}index = \"milvus\"\n"),
+                "needs a [retriever.milvus] section",
+            ),
+            (
+                &format!("{DENSE}[retriever.milvus]\nuri = \"http://h:1\"\n"),
+                "index is not \"milvus\"",
+            ),
+            (
+                &format!("{DENSE}index = \"milvus\"\n[retriever.milvus]\nuri = \"h:19530\"\n"),
+                "[retriever.milvus]: uri \"h:19530\" is not a Milvus address",
+            ),
+            (
+                &format!(
+                    "{DENSE}index = \"milvus\"\n[retriever.milvus]\nuri = \"http://h:1\"\ncollection = \"a-b\"\n"
+                ),
+                "not a Milvus collection name",
+            ),
+            (
+                "[data]\ndir = \"d\"\n[retriever]\nkind = \"bm25\"\nindex = \"hnsw\"\n",
+                "a bm25 retriever has none",
+            ),
         ] {
             let err = format!("{:#}", parse(text).unwrap_err());
             assert!(err.contains(needle), "{needle:?} not in {err}");
         }
+    }
+
+    #[test]
+    fn milvus_keys_are_read_and_misspelt_ones_refused_with_their_line() {
+        let s = parse(&format!(
+            "{DENSE}index = \"milvus\"\n[retriever.milvus]\nuri = \"http://127.0.0.1:19530\"\nindex_type = \"HNSW\"\nm = 8\nef = 40\ntoken = \"root:Milvus\"\n"
+        ))
+        .unwrap();
+        let m = s.retriever.milvus.unwrap();
+        assert_eq!(m.index_type, index::MilvusIndexType::Hnsw);
+        assert_eq!((m.m, m.ef, m.ef_construction), (8, 40, 200));
+        assert_eq!(m.token.as_deref(), Some("root:Milvus"));
+        // The token is never written out with the settings.
+        assert!(!serde_json::to_string(&m).unwrap().contains("root:Milvus"));
+        let err = parse(&format!(
+            "{DENSE}index = \"milvus\"\n[retriever.milvus]\nuri = \"http://h:1\"\nef_search = 40\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("c.toml:") && err.contains("ef_search"),
+            "{err}"
+        );
     }
 }

@@ -28,13 +28,18 @@ pub(crate) struct Stage {
     pub(crate) run: Run,
 }
 
-/// HNSW against exact search on the run's queries.
+/// An approximate or remote index against exact search on the run's queries.
 #[derive(Debug, Clone)]
-pub(crate) struct HnswRecall {
+pub(crate) struct IndexRecall {
+    /// `hnsw` or `milvus`: `metrics.json` has `<key>_recall`.
+    pub(crate) key: &'static str,
+    /// The index in words, for report.md.
+    pub(crate) label: String,
+    /// Its search parameters, into `metrics.json` beside the recalls.
+    pub(crate) params: Map<String, Value>,
     pub(crate) at_10: f64,
     pub(crate) at_n: f64,
     pub(crate) n: usize,
-    pub(crate) ef_search: usize,
 }
 
 /// Wall time of one stage.
@@ -65,7 +70,7 @@ pub(crate) fn write(
     qrels: &Qrels,
     skills: &[eval::Skill],
     stages: &[Stage],
-    hnsw: Option<&HnswRecall>,
+    recall: Option<&IndexRecall>,
     _timings: &[StageTiming],
 ) -> Result<Written> {
     let out = &settings.out;
@@ -80,11 +85,11 @@ pub(crate) fn write(
     for (stage, e) in stages.iter().zip(&evaluations) {
         metrics.insert(stage.name.clone(), Value::Object(e.summary_json(true)));
     }
-    if let Some(h) = hnsw {
-        metrics.insert(
-            "hnsw_recall".to_owned(),
-            json!({"ef_search": h.ef_search, "Recall@10": h.at_10, format!("Recall@{}", h.n): h.at_n}),
-        );
+    if let Some(r) = recall {
+        let mut value = r.params.clone();
+        value.insert("Recall@10".to_owned(), json!(r.at_10));
+        value.insert(format!("Recall@{}", r.n), json!(r.at_n));
+        metrics.insert(format!("{}_recall", r.key), Value::Object(value));
     }
     write_text(
         &out.join("metrics.json"),
@@ -105,7 +110,7 @@ pub(crate) fn write(
     let table = stage_table(settings, stages, &evaluations);
     write_text(
         &out.join("report.md"),
-        &markdown(settings, skills.len(), stages, &evaluations, hnsw, &table),
+        &markdown(settings, skills.len(), stages, &evaluations, recall, &table),
     )?;
     let curve_depth = settings.retriever.top_n;
     let curves = curves(qrels, stages, curve_depth)?;
@@ -182,7 +187,7 @@ fn markdown(
     skills: usize,
     stages: &[Stage],
     evals: &[Evaluation],
-    hnsw: Option<&HnswRecall>,
+    recall: Option<&IndexRecall>,
     table: &str,
 ) -> String {
     let mut s = String::new();
@@ -237,12 +242,17 @@ fn markdown(
             );
         }
     }
-    if let Some(h) = hnsw {
+    if let Some(r) = recall {
+        let params: Vec<String> = r.params.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let _ = writeln!(
             s,
-            "## HNSW against exact search\n\nOn these queries, ef_search {}: recall@10 {:.4}, recall@{} {:.4} \
-             (share of the exact top k that HNSW returned).\n",
-            h.ef_search, h.at_10, h.n, h.at_n
+            "## {} against exact search\n\nOn these queries, {}: recall@10 {:.4}, recall@{} {:.4} \
+             (share of the exact top k that the index returned).\n",
+            r.label,
+            params.join(", "),
+            r.at_10,
+            r.n,
+            r.at_n
         );
     }
     let _ = writeln!(

@@ -11,7 +11,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use embedder::{Embedder, EmbedderOptions, Kind};
 use eval::{Dataset, Run, ScoredDoc};
-use index::{ExactIndex, HnswIndex, VectorIndex};
+use index::{ExactIndex, HnswIndex, MilvusIndex, MilvusIndexType, VectorIndex};
 use rayon::prelude::*;
 use reranker::{Activation, CrossEncoder, RerankerOptions};
 
@@ -179,7 +179,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
         &data.qrels,
         &data.skills,
         &stages,
-        retrieved.hnsw_recall.as_ref(),
+        retrieved.index_recall.as_ref(),
         &timings,
     )?;
     timings.push(StageTiming::new(
@@ -241,7 +241,7 @@ pub(crate) fn resolve_model(model: &ModelRef, section: &str) -> Result<PathBuf> 
 /// The first stage's run, and HNSW's recall against exact search.
 struct Retrieved {
     run: Run,
-    hnsw_recall: Option<report::HnswRecall>,
+    index_recall: Option<report::IndexRecall>,
 }
 
 fn retrieve(
@@ -301,7 +301,7 @@ fn retrieve(
         }
     };
     let mut run = Run::default();
-    let hnsw_recall = dense.as_ref().and_then(|d| d.hnsw_recall.clone());
+    let index_recall = dense.as_ref().and_then(|d| d.index_recall.clone());
     for (i, q) in queries.iter().enumerate() {
         let docs = match (&dense, &sparse) {
             (Some(d), None) => d.lists[i].clone(),
@@ -316,12 +316,12 @@ fn retrieve(
         docs.truncate(r.top_n);
         run.insert(q.id.clone(), docs);
     }
-    Ok(Retrieved { run, hnsw_recall })
+    Ok(Retrieved { run, index_recall })
 }
 
 struct Dense {
     lists: Vec<Vec<ScoredDoc>>,
-    hnsw_recall: Option<report::HnswRecall>,
+    index_recall: Option<report::IndexRecall>,
 }
 
 /// Embeds (or reads from the cache) corpus and queries, indexes, searches.
@@ -336,6 +336,12 @@ fn dense(
     depth: usize,
     timings: &mut Vec<StageTiming>,
 ) -> Result<Dense> {
+    // A Milvus server that is down fails the run now, not after embedding.
+    if let (IndexKind::Milvus, Some(params)) =
+        (settings.retriever.index, &settings.retriever.milvus)
+    {
+        index::milvus::check_server(params)?;
+    }
     // Pooled vectors are cached raw; normalisation follows the model's
     // Normalize module unless the configuration says otherwise.
     let normalize = e
@@ -438,7 +444,7 @@ fn dense(
 
     let started = Instant::now();
     let exact = ExactIndex::new(doc_ids.to_vec(), docs.clone(), dim)?;
-    let (lists, hnsw_recall) = match settings.retriever.index {
+    let (lists, index_recall) = match settings.retriever.index {
         IndexKind::Exact => {
             let lists = exact.search(&query_vectors, depth)?;
             timings.push(StageTiming::new(
@@ -495,17 +501,108 @@ fn dense(
             ));
             summary(timings.last());
             let truth = exact.search(&query_vectors, depth)?;
-            let k10 = 10.min(depth);
-            let recall = report::HnswRecall {
-                at_10: index::hnsw::recall_at_k(&lists, &truth, k10),
-                at_n: index::hnsw::recall_at_k(&lists, &truth, depth),
-                n: depth,
-                ef_search: params.ef_search,
+            let recall = index_recall(
+                "hnsw",
+                "HNSW".to_owned(),
+                serde_json::json!({"ef_search": params.ef_search}),
+                &lists,
+                &truth,
+                depth,
+            );
+            (lists, Some(recall))
+        }
+        IndexKind::Milvus => {
+            let params = settings
+                .retriever
+                .milvus
+                .as_ref()
+                .context("index = \"milvus\" without [retriever.milvus]")?;
+            // The vectors' key: a collection never holds another model's,
+            // text recipe's or corpus's vectors.
+            let key = crate::cache::content_key(
+                &format!(
+                    "{vector_settings} prompt={:?} kind=document normalize={normalize}",
+                    prompts.document
+                ),
+                &ids,
+                doc_texts,
+            );
+            let bar = crate::progress::bar(doc_ids.len() as u64, "milvus upload");
+            let (milvus, upload) =
+                MilvusIndex::open(params, &key, doc_ids.to_vec(), &docs, dim, &|n| {
+                    bar.set_position(n as u64);
+                })?;
+            bar.finish_and_clear();
+            timings.push(StageTiming::new(
+                "index",
+                started,
+                format!(
+                    "milvus {} at {}: {} rows found, {} uploaded, {} index {}",
+                    upload.collection,
+                    params.uri,
+                    upload.found,
+                    upload.uploaded,
+                    params.index_type.name(),
+                    if upload.indexed { "built" } else { "found" },
+                ),
+            ));
+            summary(timings.last());
+            let started = Instant::now();
+            let lists = milvus.search(&query_vectors, depth)?;
+            timings.push(StageTiming::new(
+                "search",
+                started,
+                format!(
+                    "milvus {}, {} queries",
+                    params.index_type.name(),
+                    queries.len()
+                ),
+            ));
+            summary(timings.last());
+            let truth = exact.search(&query_vectors, depth)?;
+            let search = match params.index_type {
+                MilvusIndexType::Flat => serde_json::json!({"index_type": "FLAT"}),
+                MilvusIndexType::Hnsw => {
+                    serde_json::json!({"index_type": "HNSW", "ef": params.ef.max(depth)})
+                }
             };
+            let recall = index_recall(
+                "milvus",
+                format!("Milvus (collection {})", upload.collection),
+                search,
+                &lists,
+                &truth,
+                depth,
+            );
             (lists, Some(recall))
         }
     };
-    Ok(Dense { lists, hnsw_recall })
+    Ok(Dense {
+        lists,
+        index_recall,
+    })
+}
+
+/// Recall@10 and @depth of `lists` against exact search's `truth`.
+fn index_recall(
+    key: &'static str,
+    label: String,
+    params: serde_json::Value,
+    lists: &[Vec<ScoredDoc>],
+    truth: &[Vec<ScoredDoc>],
+    depth: usize,
+) -> report::IndexRecall {
+    let serde_json::Value::Object(params) = params else {
+        unreachable!("index parameters are a JSON object")
+    };
+    report::IndexRecall {
+        key,
+        label,
+        params,
+        at_10: index::hnsw::recall_at_k(lists, truth, 10.min(depth)),
+        at_n: index::hnsw::recall_at_k(lists, truth, depth),
+        n: depth,
+    }
 }
 
 /// Vectors of `texts` from the cache, embedding (and storing) missing shards.
