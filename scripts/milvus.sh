@@ -37,14 +37,18 @@ EOF
 
 running_pid() {
     [[ -f "$PID_FILE" ]] || return 1
-    local pid
+    local pid state cmd
     pid="$(cat "$PID_FILE")"
     # Alive, not a zombie (a killed server whose parent is gone may linger
     # unreaped), and still Milvus Lite (not a reused PID).
-    local state
-    state="$(ps -o stat= -p "$pid" 2>/dev/null)" || return 1
-    [[ -n "$state" && "$state" != Z* ]] || return 1
-    ps -o command= -p "$pid" | grep -q "milvus-lite server" || return 1
+    if [[ -r "/proc/$pid/stat" ]]; then
+        read -r _ _ state _ <"/proc/$pid/stat"
+        cmd="$(tr '\0' ' ' <"/proc/$pid/cmdline")"
+    else
+        state="$(ps -o stat= -p "$pid" 2>/dev/null)" || return 1
+        cmd="$(ps -o command= -p "$pid")"
+    fi
+    [[ -n "$state" && "$state" != Z* && "$cmd" == *"milvus-lite server"* ]] || return 1
     echo "$pid"
 }
 

@@ -96,6 +96,10 @@ pub struct MilvusParams {
     /// Deadline of every call to the server, in seconds.
     #[serde(default = "default_timeout")]
     pub timeout_s: f64,
+    /// Deadline, in seconds, of the calls that wait for the server's own
+    /// work on the whole collection: flush, index build, load.
+    #[serde(default = "default_build_timeout")]
+    pub build_timeout_s: f64,
     /// Rows per upload request.
     #[serde(default = "default_batch")]
     pub upload_batch: usize,
@@ -113,6 +117,9 @@ fn default_ef() -> usize {
 fn default_timeout() -> f64 {
     10.0
 }
+fn default_build_timeout() -> f64 {
+    600.0
+}
 fn default_batch() -> usize {
     1000
 }
@@ -129,6 +136,7 @@ impl MilvusParams {
             ef_construction: default_ef_construction(),
             ef: default_ef(),
             timeout_s: default_timeout(),
+            build_timeout_s: default_build_timeout(),
             upload_batch: default_batch(),
         }
     }
@@ -158,11 +166,15 @@ impl MilvusParams {
         if self.ef_construction == 0 || self.ef == 0 {
             return bad("ef_construction and ef must be positive".to_owned());
         }
-        if !(self.timeout_s.is_finite() && self.timeout_s > 0.0 && self.timeout_s <= 3600.0) {
-            return bad(format!(
-                "timeout_s = {} is not a number of seconds in (0, 3600]",
-                self.timeout_s
-            ));
+        for (key, value) in [
+            ("timeout_s", self.timeout_s),
+            ("build_timeout_s", self.build_timeout_s),
+        ] {
+            if !(value.is_finite() && value > 0.0 && value <= 86_400.0) {
+                return bad(format!(
+                    "{key} = {value} is not a number of seconds in (0, 86400]"
+                ));
+            }
         }
         if self.upload_batch == 0 {
             return bad("upload_batch must be positive".to_owned());
@@ -184,6 +196,10 @@ impl MilvusParams {
 
     fn timeout(&self) -> Duration {
         Duration::from_secs_f64(self.timeout_s)
+    }
+
+    fn build_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.build_timeout_s)
     }
 }
 
@@ -300,19 +316,37 @@ impl MilvusIndex {
         &self.collection
     }
 
+    /// Drops the collection from the server (its rows and index).
+    pub fn drop_collection(self) -> Result<(), Error> {
+        let request = DropCollectionRequest::builder()
+            .collection_name(&self.collection)
+            .build()
+            .map_err(|e| self.failed("drop_collection", &e.to_string()))?;
+        self.call("drop_collection", self.client.drop_collection(request))
+    }
+
     /// Runs one call to the server under the deadline.
     fn call<T>(
         &self,
         what: &str,
         future: impl Future<Output = milvus::v2::error::Result<T>>,
     ) -> Result<T, Error> {
-        let timeout = self.params.timeout();
+        self.call_within(self.params.timeout(), what, future)
+    }
+
+    /// Runs one call to the server under `deadline`.
+    fn call_within<T>(
+        &self,
+        deadline: Duration,
+        what: &str,
+        future: impl Future<Output = milvus::v2::error::Result<T>>,
+    ) -> Result<T, Error> {
         self.runtime
-            .block_on(async { tokio::time::timeout(timeout, future).await })
+            .block_on(async { tokio::time::timeout(deadline, future).await })
             .map_err(|_| {
                 self.failed(
                     what,
-                    &format!("no answer within {} s", self.params.timeout_s),
+                    &format!("no answer within {} s", deadline.as_secs_f64()),
                 )
             })?
             .map_err(|e| self.failed(what, &e.to_string()))
@@ -434,16 +468,24 @@ impl MilvusIndex {
                 .collection_names([name.as_str()])
                 .build()
                 .map_err(|e| self.failed("flush", &e.to_string()))?;
-            self.call("flush", self.client.flush(request))?;
+            self.call_within(
+                self.params.build_timeout(),
+                "flush",
+                self.client.flush(request),
+            )?;
         }
         let indexed = self.ensure_index(&properties)?;
         let request = LoadCollectionRequest::builder()
             .collection_name(&name)
             .sync(true)
-            .timeout_ms((self.params.timeout_s * 1000.0) as i64)
+            .timeout_ms((self.params.build_timeout_s * 1000.0) as i64)
             .build()
             .map_err(|e| self.failed("load_collection", &e.to_string()))?;
-        self.call("load_collection", self.client.load_collection(request))?;
+        self.call_within(
+            self.params.build_timeout(),
+            "load_collection",
+            self.client.load_collection(request),
+        )?;
         let count = self.count()?;
         if count != n {
             return Err(self.refuse(&format!(
@@ -604,7 +646,18 @@ impl MilvusIndex {
             .sync(false)
             .build()
             .map_err(|e| self.failed("create_index", &e.to_string()))?;
-        self.call("create_index", self.client.create_index(request))?;
+        // Milvus Lite builds the index inside the call; the client may retry
+        // an attempt that outlives its transport, and the retry then finds
+        // the index that attempt built (Milvus's "index already exists").
+        match self.call_within(
+            self.params.build_timeout(),
+            "create_index",
+            self.client.create_index(request),
+        ) {
+            Ok(()) => {}
+            Err(Error::Milvus(why)) if why.contains("code=35") => {}
+            Err(e) => return Err(e),
+        }
         let request = AlterCollectionPropertiesRequest::builder()
             .collection_name(&self.collection)
             .property(INDEX_PROPERTY, wanted)

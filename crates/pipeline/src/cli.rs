@@ -56,7 +56,7 @@ hub_revision, split; [embedder] model, revision, query_prompt, document_prompt, 
 query_prompt_name, document_prompt_name, pooling, normalize, max_length, batch_tokens, \
 precision, backend; [retriever] kind = dense | bm25 | hybrid, index = exact | hnsw | milvus, top_n, \
 [retriever.hnsw] m, ef_construction, ef_search, deterministic; [retriever.milvus] uri, token, \
-collection, index_type = FLAT | HNSW, m, ef_construction, ef, timeout_s, upload_batch; [reranker] model, revision, \
+collection, index_type = FLAT | HNSW, m, ef_construction, ef, timeout_s, build_timeout_s, upload_batch; [reranker] model, revision, \
 top_n, max_length, instruction, precision, backend, combine = replace | interpolate, weight; [eval] k; [output] dir, cache. Unknown \
 keys are errors (see configs/README.md).
 
