@@ -814,7 +814,20 @@ mod tests {
         assert!(p.validate().unwrap_err().to_string().contains("m = 1"));
         p.m = 16;
         p.timeout_s = 0.0;
-        assert!(p.validate().unwrap_err().to_string().contains("timeout_s"));
+        assert!(
+            p.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("timeout_s = 0")
+        );
+        p.timeout_s = 10.0;
+        p.build_timeout_s = f64::NAN;
+        assert!(
+            p.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("build_timeout_s = NaN")
+        );
     }
 
     #[test]
