@@ -429,6 +429,21 @@ impl MilvusIndex {
                 .map_err(|e| self.failed("create_collection", &e.to_string()))?;
             self.call("create_collection", self.client.create_collection(request))?;
         }
+        // Index and load first: a collection answers queries only while
+        // loaded, and a restarted server holds its collections released.
+        // Rows upserted afterwards are searchable at once (strong consistency).
+        let indexed = self.ensure_index(&properties)?;
+        let request = LoadCollectionRequest::builder()
+            .collection_name(&name)
+            .sync(true)
+            .timeout_ms((self.params.build_timeout_s * 1000.0) as i64)
+            .build()
+            .map_err(|e| self.failed("load_collection", &e.to_string()))?;
+        self.call_within(
+            self.params.build_timeout(),
+            "load_collection",
+            self.client.load_collection(request),
+        )?;
         let present = self.present_ids()?;
         if present
             .iter()
@@ -474,18 +489,6 @@ impl MilvusIndex {
                 self.client.flush(request),
             )?;
         }
-        let indexed = self.ensure_index(&properties)?;
-        let request = LoadCollectionRequest::builder()
-            .collection_name(&name)
-            .sync(true)
-            .timeout_ms((self.params.build_timeout_s * 1000.0) as i64)
-            .build()
-            .map_err(|e| self.failed("load_collection", &e.to_string()))?;
-        self.call_within(
-            self.params.build_timeout(),
-            "load_collection",
-            self.client.load_collection(request),
-        )?;
         let count = self.count()?;
         if count != n {
             return Err(self.refuse(&format!(

@@ -293,6 +293,15 @@ fn an_upload_cut_by_a_killed_server_completes_on_the_next_run_without_duplicates
     let (milvus, upload) = MilvusIndex::open(&p, "k", ids.clone(), &vectors, DIM, &|_| {}).unwrap();
     assert!(upload.found <= 300, "{upload:?}");
     assert_eq!(upload.found + upload.uploaded, 1000, "{upload:?}");
+    drop(milvus);
+    // A restarted server holds its collections released: the next run loads
+    // it and finds everything in place.
+    assert!(server.script("stop") && server.script("start"));
+    let (milvus, upload) = MilvusIndex::open(&p, "k", ids.clone(), &vectors, DIM, &|_| {}).unwrap();
+    assert_eq!(
+        (upload.found, upload.uploaded, upload.indexed),
+        (1000, 0, false)
+    );
     let exact = ExactIndex::new(ids, vectors, DIM).unwrap();
     let truth = exact.search(&queries, 10).unwrap();
     assert_eq!(
