@@ -429,22 +429,19 @@ impl MilvusIndex {
                 .map_err(|e| self.failed("create_collection", &e.to_string()))?;
             self.call("create_collection", self.client.create_collection(request))?;
         }
-        // Index and load first: a collection answers queries only while
-        // loaded, and a restarted server holds its collections released.
-        // Rows upserted afterwards are searchable at once (strong consistency).
-        let indexed = self.ensure_index(&properties)?;
-        let request = LoadCollectionRequest::builder()
-            .collection_name(&name)
-            .sync(true)
-            .timeout_ms((self.params.build_timeout_s * 1000.0) as i64)
-            .build()
-            .map_err(|e| self.failed("load_collection", &e.to_string()))?;
-        self.call_within(
-            self.params.build_timeout(),
-            "load_collection",
-            self.client.load_collection(request),
-        )?;
-        let present = self.present_ids()?;
+        // A collection answers queries only while loaded (a restarted server
+        // holds its collections released), and it loads only with an index:
+        // an existing one is indexed and loaded before its ids are listed.
+        // A new one is uploaded first and indexed after, so that the server
+        // builds its index over every row at once.
+        let mut indexed = false;
+        let present = if exists {
+            indexed = self.ensure_index(&properties, false)?;
+            self.load()?;
+            self.present_ids()?
+        } else {
+            HashSet::new()
+        };
         if present
             .iter()
             .any(|id| !self.position.contains_key(id.as_str()))
@@ -488,6 +485,10 @@ impl MilvusIndex {
                 "flush",
                 self.client.flush(request),
             )?;
+            // Rows added to an indexed collection are rebuilt into its index
+            // (Milvus Lite would otherwise search them by brute force).
+            indexed |= self.ensure_index(&properties, exists)?;
+            self.load()?;
         }
         let count = self.count()?;
         if count != n {
@@ -580,6 +581,21 @@ impl MilvusIndex {
         usize::try_from(count).map_err(|_| self.failed("count", "negative count"))
     }
 
+    /// Loads the collection (waiting for its index).
+    fn load(&self) -> Result<(), Error> {
+        let request = LoadCollectionRequest::builder()
+            .collection_name(&self.collection)
+            .sync(true)
+            .timeout_ms((self.params.build_timeout_s * 1000.0) as i64)
+            .build()
+            .map_err(|e| self.failed("load_collection", &e.to_string()))?;
+        self.call_within(
+            self.params.build_timeout(),
+            "load_collection",
+            self.client.load_collection(request),
+        )
+    }
+
     /// The index this run asks for.
     fn index_param(&self) -> IndexParam {
         let mut extra = HashMap::new();
@@ -601,9 +617,14 @@ impl MilvusIndex {
             .extra_params(extra)
     }
 
-    /// Builds the index unless one with this run's parameters is there
-    /// (one with others is dropped first); whether it built one.
-    fn ensure_index(&self, properties: &HashMap<String, String>) -> Result<bool, Error> {
+    /// Builds the index unless one with this run's parameters is there and
+    /// `rebuild` is false (an index there otherwise is dropped first);
+    /// whether it built one.
+    fn ensure_index(
+        &self,
+        properties: &HashMap<String, String>,
+        rebuild: bool,
+    ) -> Result<bool, Error> {
         // Milvus Lite has no ListIndexes: ask for the vector field's index,
         // which is error 700 where there is none.
         let request = DescribeIndexRequest::builder()
@@ -621,7 +642,7 @@ impl MilvusIndex {
         // report an index's parameters).
         let wanted = self.index_description();
         if let Some(found) = found {
-            if properties.get(INDEX_PROPERTY) == Some(&wanted) {
+            if !rebuild && properties.get(INDEX_PROPERTY) == Some(&wanted) {
                 return Ok(false);
             }
             // Built with other parameters: release, drop, build anew.
