@@ -108,13 +108,7 @@ impl VectorIndex for ExactIndex {
     }
 
     fn search(&self, queries: &[f32], k: usize) -> Result<Vec<Vec<ScoredDoc>>, Error> {
-        if !queries.len().is_multiple_of(self.dim) {
-            return Err(Error::Invalid(format!(
-                "{} floats are not queries of dimension {}",
-                queries.len(),
-                self.dim
-            )));
-        }
+        crate::query_count(queries, self.dim)?;
         let k = k.min(self.len());
         let results = queries
             .par_chunks(QUERY_BLOCK * self.dim)

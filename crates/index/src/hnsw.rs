@@ -177,13 +177,7 @@ impl HnswIndex {
         k: usize,
         ef: usize,
     ) -> Result<Vec<Vec<ScoredDoc>>, Error> {
-        if !queries.len().is_multiple_of(self.dim) {
-            return Err(Error::Invalid(format!(
-                "{} floats are not queries of dimension {}",
-                queries.len(),
-                self.dim
-            )));
-        }
+        crate::query_count(queries, self.dim)?;
         check_unit(queries, self.dim, "query")?;
         let k = k.min(self.ids.len());
         if k == 0 {

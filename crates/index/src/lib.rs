@@ -52,3 +52,16 @@ pub trait VectorIndex: Send + Sync {
     /// holds them row after row), each list in trec_eval order.
     fn search(&self, queries: &[f32], k: usize) -> Result<Vec<Vec<eval::ScoredDoc>>, Error>;
 }
+
+/// The number of queries in `queries` (rows of `dim`), or an error where
+/// its length is not a whole number of rows.
+pub(crate) fn query_count(queries: &[f32], dim: usize) -> Result<usize, Error> {
+    if queries.len().is_multiple_of(dim) {
+        Ok(queries.len() / dim)
+    } else {
+        Err(Error::Invalid(format!(
+            "{} floats are not queries of dimension {dim}",
+            queries.len()
+        )))
+    }
+}

@@ -754,15 +754,8 @@ impl VectorIndex for MilvusIndex {
     }
 
     fn search(&self, queries: &[f32], k: usize) -> Result<Vec<Vec<ScoredDoc>>, Error> {
-        if !queries.len().is_multiple_of(self.dim) {
-            return Err(Error::Invalid(format!(
-                "{} floats are not queries of dimension {}",
-                queries.len(),
-                self.dim
-            )));
-        }
+        let count = crate::query_count(queries, self.dim)?;
         let k = k.min(self.ids.len());
-        let count = queries.len() / self.dim;
         if k == 0 {
             return Ok(vec![Vec::new(); count]);
         }
