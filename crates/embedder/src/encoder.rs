@@ -9,15 +9,11 @@
 
 use std::path::Path;
 
-use rayon::prelude::*;
-use tokenizers::{
-    EncodeInput, Encoding, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy,
-};
-
 use crate::config::Pooling;
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
 use crate::models::{self, Model, ModelConfig, Pool, Tokens};
+use crate::tokenize::Tokenization;
 use crate::{Backend, Precision};
 
 /// How an [`Encoder`] is loaded and run.
@@ -47,13 +43,9 @@ impl Default for EncoderOptions {
 
 /// A transformer ready to run.
 pub struct Encoder {
-    tokenizer: Tokenizer,
-    /// The same tokenizer without truncation.
-    untruncated: Tokenizer,
+    tokens: Tokenization,
     model: Box<dyn Model>,
-    config: ModelConfig,
     files: ModelFiles,
-    max_length: usize,
     batch_tokens: usize,
     device: String,
 }
@@ -62,8 +54,8 @@ impl std::fmt::Debug for Encoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Encoder")
             .field("dir", &self.files.dir)
-            .field("family", &self.config.family())
-            .field("max_length", &self.max_length)
+            .field("family", &self.config().family())
+            .field("max_length", &self.max_length())
             .field("device", &self.device)
             .finish_non_exhaustive()
     }
@@ -80,47 +72,33 @@ impl Encoder {
     ) -> Result<Self> {
         let files = ModelFiles::in_dir(dir)?;
         let config = ModelConfig::read(&files.config)?;
-        let model_max = config.max_input_length();
-        // An explicit length beyond the positions is an error; a default one
-        // (a tokenizer's model_max_length, say) is capped, as
-        // sentence-transformers caps it.
-        let max_length = match (options.max_length, default_max_length) {
-            (Some(n), _) if n > model_max => {
-                return Err(Error::Invalid(format!(
-                    "max length {n} exceeds the model's {model_max} positions"
-                )));
-            }
-            (Some(0), _) | (None, Some(0)) => {
-                return Err(Error::Invalid("max length must be positive".to_owned()));
-            }
-            (Some(n), _) => n,
-            (None, Some(n)) => n.min(model_max),
-            (None, None) => model_max,
-        };
         if options.batch_tokens == 0 {
             return Err(Error::Invalid("batch_tokens must be positive".to_owned()));
         }
-        let tokenizer = load_tokenizer(&files.tokenizer, &config, max_length)?;
-        let mut untruncated = tokenizer.clone();
-        untruncated
-            .with_truncation(None)
-            .map_err(|e| Error::format(&files.tokenizer, e.to_string()))?;
+        let tokens = Tokenization::new(
+            &files.tokenizer,
+            config.clone(),
+            options.max_length,
+            default_max_length,
+        )?;
         let (model, device) = models::load(&config, &files, options.backend, options.precision)?;
         Ok(Self {
-            tokenizer,
-            untruncated,
+            tokens,
             model,
-            config,
             files,
-            max_length,
             batch_tokens: options.batch_tokens,
             device,
         })
     }
 
+    /// The tokenizer and its truncation rules.
+    pub fn tokenization(&self) -> &Tokenization {
+        &self.tokens
+    }
+
     /// The architecture.
     pub fn config(&self) -> &ModelConfig {
-        &self.config
+        self.tokens.config()
     }
 
     /// The model directory.
@@ -142,7 +120,7 @@ impl Encoder {
     /// the embedding matrix where the checkpoint ties them), `hidden` values
     /// each: what a yes/no reranker needs of the head.
     pub fn lm_head_rows(&self, ids: &[u32]) -> Result<Vec<f32>> {
-        match &self.config {
+        match self.config() {
             ModelConfig::Qwen3(c) => {
                 let weights = models::qwen3::weights(&self.files)?;
                 let name = models::qwen3::lm_head_name(&weights);
@@ -170,142 +148,53 @@ impl Encoder {
 
     /// Width of the token states.
     pub fn hidden_size(&self) -> usize {
-        self.config.hidden_size()
+        self.config().hidden_size()
     }
 
     /// The truncation length in tokens.
     pub fn max_length(&self) -> usize {
-        self.max_length
+        self.tokens.max_length()
     }
 
     /// Tokenises single texts (specials added, truncated).
     pub fn tokenize<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Result<Vec<Tokens>> {
-        texts
-            .par_iter()
-            .map(|text| self.encode(text.as_ref().into()))
-            .collect()
+        self.tokens.tokenize(texts)
     }
 
     /// Token ids of `text` as it is, without the tokenizer's special tokens
-    /// and without truncation (special tokens written in the text, such as
-    /// `<|im_start|>`, are recognised).
+    /// and without truncation (see [`Tokenization::token_ids`]).
     pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
-        let encoding = self.untruncated.encode(text, false).map_err(failed)?;
-        Ok(self.checked(&encoding)?.ids)
+        self.tokens.token_ids(text)
     }
 
     /// The id of the token spelled `token` in the vocabulary, if any.
     pub fn token_id(&self, token: &str) -> Option<u32> {
-        self.untruncated.token_to_id(token)
+        self.tokens.token_id(token)
     }
 
-    /// Tokenises single texts with the tokenizer's special tokens, each cut
-    /// (on the right, specials kept) to at most `limit` tokens, as
-    /// transformers' `tokenizer(text, truncation=True, max_length=limit)`.
+    /// Single texts cut to `limit` tokens, specials kept (see
+    /// [`Tokenization::tokenize_limited`]).
     pub fn tokenize_limited<S: AsRef<str> + Sync>(
         &self,
         texts: &[S],
         limit: usize,
     ) -> Result<Vec<Tokens>> {
-        let added = self
-            .untruncated
-            .get_post_processor()
-            .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false));
-        if limit <= added {
-            return Err(Error::Invalid(format!(
-                "a limit of {limit} tokens leaves no room beside the {added} special tokens"
-            )));
-        }
-        texts
-            .par_iter()
-            .map(|text| {
-                let mut encoding = self
-                    .untruncated
-                    .encode(text.as_ref(), false)
-                    .map_err(failed)?;
-                encoding.truncate(limit - added, 0, TruncationDirection::Right);
-                let encoding = self
-                    .untruncated
-                    .post_process(encoding, None, true)
-                    .map_err(failed)?;
-                self.checked(&encoding)
-            })
-            .collect()
+        self.tokens.tokenize_limited(texts, limit)
     }
 
-    /// Tokenises text pairs as one input each (`[CLS] a [SEP] b [SEP]` or the
-    /// model's own template), truncating the longer text first, as
-    /// transformers does for `truncation="longest_first"`.
-    ///
-    /// Each text is tokenised whole before the pair is truncated: the
-    /// tokenizers crate 0.23.2 cuts each text to the maximum length first
-    /// (an early exit), which turns "longer text first" into a tie whenever
-    /// both texts are long, and gives the odd token to the other text than
-    /// transformers (Python tokenizers 0.23.3) does.
+    /// Text pairs as one input each, longest first truncated (see
+    /// [`Tokenization::tokenize_pairs`]).
     pub fn tokenize_pairs<A, B>(&self, pairs: &[(A, B)]) -> Result<Vec<Tokens>>
     where
         A: AsRef<str> + Sync,
         B: AsRef<str> + Sync,
     {
-        pairs
-            .par_iter()
-            .map(|(a, b)| {
-                let first = self.untruncated.encode(a.as_ref(), false).map_err(failed)?;
-                let second = self.untruncated.encode(b.as_ref(), false).map_err(failed)?;
-                let encoding = self
-                    .tokenizer
-                    .post_process(first, Some(second), true)
-                    .map_err(failed)?;
-                self.checked(&encoding)
-            })
-            .collect()
+        self.tokens.tokenize_pairs(pairs)
     }
 
-    /// Whether the tokenizer appends a special token to a single text (BERT's
-    /// `[SEP]`, Qwen3-Embedding's `<|endoftext|>`).
+    /// Whether the tokenizer appends a special token to a single text.
     pub fn appends_special(&self) -> bool {
-        let plain = self.untruncated.encode("a", false);
-        let full = self.untruncated.encode("a", true);
-        match (plain, full) {
-            (Ok(plain), Ok(full)) => {
-                let (plain, full) = (plain.get_ids(), full.get_ids());
-                full.len() > plain.len() && !full.ends_with(plain)
-            }
-            _ => false,
-        }
-    }
-
-    fn encode(&self, input: EncodeInput<'_>) -> Result<Tokens> {
-        let encoding = self.tokenizer.encode(input, true).map_err(failed)?;
-        self.checked(&encoding)
-    }
-
-    /// The ids and types of an encoding, checked against the model's tables.
-    fn checked(&self, encoding: &Encoding) -> Result<Tokens> {
-        let ids = encoding.get_ids().to_vec();
-        let mismatch = |message: String| Error::TokenizerMismatch {
-            path: self.files.tokenizer.clone(),
-            message,
-        };
-        let vocab = self.config.vocab_size();
-        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
-            return Err(mismatch(format!(
-                "token id {bad} is outside the model's vocabulary of {vocab}"
-            )));
-        }
-        let types = encoding.get_type_ids().to_vec();
-        let type_vocab = self.config.type_vocab_size();
-        if let Some(&bad) = types.iter().find(|&&t| t as usize >= type_vocab) {
-            return Err(mismatch(format!(
-                "token type {bad} is beyond the model's {type_vocab} token types"
-            )));
-        }
-        let types = if types.iter().all(|&t| t == 0) {
-            Vec::new()
-        } else {
-            types
-        };
-        Ok(Tokens { ids, types })
+        self.tokens.appends_special()
     }
 
     /// One pooled (not normalised) vector per input, in input order; mean
@@ -339,35 +228,6 @@ impl Encoder {
         }
         Ok(data)
     }
-}
-
-fn failed(e: impl std::fmt::Display) -> Error {
-    Error::Inference(format!("tokenizing: {e}"))
-}
-
-fn load_tokenizer(path: &Path, config: &ModelConfig, max_length: usize) -> Result<Tokenizer> {
-    let mut tokenizer =
-        Tokenizer::from_file(path).map_err(|e| Error::format(path, e.to_string()))?;
-    let size = tokenizer.get_vocab_size(true);
-    if size > config.vocab_size() {
-        return Err(Error::TokenizerMismatch {
-            path: path.to_path_buf(),
-            message: format!(
-                "it has {size} tokens but the model's vocab_size is {} (is this the tokenizer of another model?)",
-                config.vocab_size()
-            ),
-        });
-    }
-    tokenizer
-        .with_truncation(Some(TruncationParams {
-            max_length,
-            strategy: TruncationStrategy::LongestFirst,
-            stride: 0,
-            direction: TruncationDirection::Right,
-        }))
-        .map_err(|e| Error::format(path, e.to_string()))?;
-    tokenizer.with_padding(None);
-    Ok(tokenizer)
 }
 
 /// Consecutive runs of `order` whose tokens add up to at most `budget`.

@@ -67,6 +67,20 @@ pub enum Error {
     /// Running the model failed.
     #[error("inference failed: {0}")]
     Inference(String),
+    /// A served model could not be used: its servers refused, failed or
+    /// are down (the message names each endpoint).
+    #[error("{0}")]
+    Served(String),
+    /// An endpoint does not serve the model asked for.
+    #[error("served_model {name:?} is not served at {endpoint}, which serves: {}", if serves.is_empty() { "nothing".to_owned() } else { serves.join(", ") })]
+    NotServed {
+        /// The name asked for.
+        name: String,
+        /// The endpoint.
+        endpoint: String,
+        /// What it lists.
+        serves: Vec<String>,
+    },
 }
 
 impl Error {

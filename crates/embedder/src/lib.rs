@@ -21,9 +21,16 @@
 //! ([`Backend::Candle`]), the one used on a GPU when the crate is built with
 //! the `cuda` feature.
 //!
+//! Every embedder implements the [`Embedder`] interface (width, a
+//! description, groups of texts in, vectors out as each group completes):
+//! [`LocalEmbedder`] runs the model in this process, and
+//! [`remote::RemoteEmbedder`] sends the same inputs to a served copy of it
+//! (vLLM, text-embeddings-inference, a hosted OpenAI-style API), fanned out
+//! over replicas.
+//!
 //! ```no_run
-//! use embedder::{Embedder, EmbedderOptions, Kind};
-//! let model = Embedder::from_dir("models/all-MiniLM-L6-v2".as_ref(), EmbedderOptions::default())?;
+//! use embedder::{EmbedderOptions, Kind, LocalEmbedder};
+//! let model = LocalEmbedder::from_dir("models/all-MiniLM-L6-v2".as_ref(), EmbedderOptions::default())?;
 //! let vectors = model.embed(&["pdf | Read PDFs. | # PDF"], Kind::Document)?;
 //! assert_eq!(vectors.dim(), 384);
 //! # Ok::<(), embedder::Error>(())
@@ -42,6 +49,8 @@ mod int8;
 mod kernels;
 mod linear;
 pub mod models;
+pub mod remote;
+mod tokenize;
 
 use std::path::Path;
 
@@ -50,6 +59,7 @@ pub use encoder::{Encoder, EncoderOptions};
 pub use error::{Error, Result};
 pub use files::{ModelFiles, TensorFile, Weights};
 pub use models::{BertConfig, ModelConfig, Qwen3Config, Tokens};
+pub use tokenize::{Cut, Tokenization};
 
 /// Which engine runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -64,7 +74,7 @@ pub enum Backend {
     /// The family's candle graph on the first CUDA GPU if the crate was
     /// built with the `cuda` feature and a GPU is present (bf16 where
     /// [`Precision::Bf16`] is asked for); otherwise the native CPU engine,
-    /// and [`Embedder::device`] says so.
+    /// and [`LocalEmbedder::device`] says so.
     Cuda,
 }
 
@@ -77,11 +87,11 @@ pub enum Precision {
     #[default]
     F32,
     /// Linear layers in bfloat16 with f32 accumulation, on CPUs with
-    /// AVX-512 BF16 (elsewhere f32 is used, and [`Embedder::device`] says so).
+    /// AVX-512 BF16 (elsewhere f32 is used, and [`LocalEmbedder::device`] says so).
     Bf16,
     /// Linear layers in int8 with i32 accumulation (weights quantised per
     /// output channel at load, activations per token at run time), on CPUs
-    /// with AVX-512 VNNI (elsewhere f32 is used, and [`Embedder::device`]
+    /// with AVX-512 VNNI (elsewhere f32 is used, and [`LocalEmbedder::device`]
     /// says so). The CUDA backend runs f32.
     Int8,
 }
@@ -298,8 +308,47 @@ impl Embeddings {
     }
 }
 
-/// A loaded bi-encoder.
-pub struct Embedder {
+/// What one call of [`Embedder::embed_groups`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EmbedStats {
+    /// Tokens embedded (the server's count where it gives one).
+    pub tokens: usize,
+    /// One line each worth reporting (per endpoint: requests, tokens,
+    /// failures).
+    pub notes: Vec<String>,
+}
+
+/// The interface of every embedder: a model run in this process
+/// ([`LocalEmbedder`]) or one behind a server ([`remote::RemoteEmbedder`]).
+/// Vectors are the model's own: pooled, normalised only where the embedder
+/// was asked to (the pipeline caches them raw and normalises after).
+pub trait Embedder: Send + Sync + std::fmt::Debug {
+    /// Width of the vectors.
+    fn dim(&self) -> usize;
+
+    /// What runs where, in words (one line).
+    fn describe(&self) -> String;
+
+    /// The truncation length in tokens, where known.
+    fn max_length(&self) -> Option<usize>;
+
+    /// Embeds groups of texts of `kind`. `done(g, vectors)` gets group `g`'s
+    /// vectors (in its input order) as soon as all of them are there, on
+    /// this thread, groups in any order; an error from it stops the work
+    /// (groups already handed over stay handed over). `progress(texts,
+    /// note)` counts texts embedded so far, with a note on the work (a
+    /// served model's rate per endpoint).
+    fn embed_groups(
+        &self,
+        groups: &[&[String]],
+        kind: Kind,
+        done: &mut dyn FnMut(usize, Embeddings) -> Result<()>,
+        progress: &(dyn Fn(usize, &str) + Sync),
+    ) -> Result<EmbedStats>;
+}
+
+/// A bi-encoder loaded in this process (native engine, or candle on CPU or CUDA).
+pub struct LocalEmbedder {
     encoder: Encoder,
     pooling: Pooling,
     normalize: bool,
@@ -310,9 +359,9 @@ pub struct Embedder {
     options: EmbedderOptions,
 }
 
-impl std::fmt::Debug for Embedder {
+impl std::fmt::Debug for LocalEmbedder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Embedder")
+        f.debug_struct("LocalEmbedder")
             .field("dir", &self.encoder.dir())
             .field("pooling", &self.pooling)
             .field("normalize", &self.normalize)
@@ -323,7 +372,7 @@ impl std::fmt::Debug for Embedder {
     }
 }
 
-impl Embedder {
+impl LocalEmbedder {
     /// Loads a model from a local directory.
     pub fn from_dir(dir: &Path, options: EmbedderOptions) -> Result<Self> {
         let st = SentenceTransformersConfig::read(dir)?;
@@ -439,7 +488,7 @@ impl Embedder {
         self.embed_tokens(&ids, kind, progress)
     }
 
-    /// Embeds inputs of `kind` already tokenised by [`Embedder::tokenize`].
+    /// Embeds inputs of `kind` already tokenised by [`LocalEmbedder::tokenize`].
     pub fn embed_tokens(
         &self,
         ids: &[Vec<u32>],
@@ -464,6 +513,46 @@ impl Embedder {
             }
         }
         Ok(Embeddings { data, dim })
+    }
+}
+
+impl Embedder for LocalEmbedder {
+    fn dim(&self) -> usize {
+        self.encoder.hidden_size()
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} ({}, max {} tokens, {:?} pooling) on {}",
+            self.encoder.dir().display(),
+            self.config().family(),
+            self.encoder.max_length(),
+            self.pooling,
+            self.device()
+        )
+    }
+
+    fn max_length(&self) -> Option<usize> {
+        Some(self.encoder.max_length())
+    }
+
+    fn embed_groups(
+        &self,
+        groups: &[&[String]],
+        kind: Kind,
+        done: &mut dyn FnMut(usize, Embeddings) -> Result<()>,
+        progress: &(dyn Fn(usize, &str) + Sync),
+    ) -> Result<EmbedStats> {
+        let mut stats = EmbedStats::default();
+        let mut base = 0;
+        for (g, texts) in groups.iter().enumerate() {
+            let ids = self.tokenize(texts, kind)?;
+            stats.tokens += ids.iter().map(Vec::len).sum::<usize>();
+            let vectors = self.embed_tokens(&ids, kind, &|n| progress(base + n, ""))?;
+            base += texts.len();
+            done(g, vectors)?;
+        }
+        Ok(stats)
     }
 }
 

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use embedder::{Backend, Embedder, EmbedderOptions, Error, Kind, Pooling};
+use embedder::{Backend, EmbedderOptions, Error, Kind, LocalEmbedder, Pooling};
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 use serde_json::json;
@@ -112,8 +112,8 @@ fn tiny_model(dir: &Path, vocab: &[&str], wrong_shape: Option<&str>) {
 
 const WORDS: [&str; 6] = ["pdf", "git", "rebase", "table", "backup", "alert"];
 
-fn load(dir: &Path, options: EmbedderOptions) -> Result<Embedder, Error> {
-    Embedder::from_dir(dir, options)
+fn load(dir: &Path, options: EmbedderOptions) -> Result<LocalEmbedder, Error> {
+    LocalEmbedder::from_dir(dir, options)
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use common::cosine;
-use embedder::{Backend, Embedder, EmbedderOptions, Kind, Precision};
+use embedder::{Backend, EmbedderOptions, Kind, LocalEmbedder, Precision};
 use serde_json::Value;
 
 /// The shared sample and the installed models, or `None` with a note.
@@ -71,7 +71,7 @@ fn check_with(model: &str, backend: Backend, precision: Precision, limit: usize,
         )
         .with_backend(backend)
         .with_precision(precision);
-    let embedder = Embedder::from_dir(&dir, options).unwrap();
+    let embedder = LocalEmbedder::from_dir(&dir, options).unwrap();
     for (kind, texts, entry) in [
         (Kind::Document, &docs, &reference["documents"]),
         (Kind::Query, &queries, &reference["queries"]),

@@ -14,7 +14,9 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{check_digest, cosine};
-use embedder::{Backend, Embedder, EmbedderOptions, Error, Kind, ModelConfig, Pooling, Precision};
+use embedder::{
+    Backend, EmbedderOptions, Error, Kind, LocalEmbedder, ModelConfig, Pooling, Precision,
+};
 use serde_json::Value;
 
 fn qwen3() -> Option<PathBuf> {
@@ -50,7 +52,7 @@ fn the_architecture_and_sentence_transformers_files_are_read() {
         (c.num_attention_heads, c.num_key_value_heads, c.head_dim),
         (4, 2, 32)
     );
-    let model = Embedder::from_dir(&dir, EmbedderOptions::default()).unwrap();
+    let model = LocalEmbedder::from_dir(&dir, EmbedderOptions::default()).unwrap();
     assert_eq!(model.pooling(), Pooling::LastToken);
     assert!(model.normalize());
     // sentence-transformers 6.x: the limit is the tokenizer's model_max_length.
@@ -74,7 +76,8 @@ fn token_ids_equal_sentence_transformers() {
         return;
     };
     let max = fixture["tokens_max_length"].as_u64().unwrap() as usize;
-    let model = Embedder::from_dir(&dir, EmbedderOptions::default().with_max_length(max)).unwrap();
+    let model =
+        LocalEmbedder::from_dir(&dir, EmbedderOptions::default().with_max_length(max)).unwrap();
     assert_eq!(
         model.prompt(Kind::Query),
         fixture["query_prompt"].as_str().unwrap()
@@ -100,7 +103,7 @@ fn check_embeddings(backend: Backend, precision: Precision, bound: f64) {
     };
     let reference = &fixture["embeddings"];
     let max = reference["max_length"].as_u64().unwrap() as usize;
-    let model = Embedder::from_dir(
+    let model = LocalEmbedder::from_dir(
         &dir,
         EmbedderOptions::default()
             .with_max_length(max)
@@ -190,7 +193,7 @@ fn a_long_document_equals_sentence_transformers_at_2k_8k_and_16k_tokens() {
             backends.push(Backend::Candle);
         }
         for backend in backends {
-            let model = Embedder::from_dir(
+            let model = LocalEmbedder::from_dir(
                 &dir,
                 EmbedderOptions::default()
                     .with_max_length(length)
@@ -210,7 +213,7 @@ fn a_long_document_equals_sentence_transformers_at_2k_8k_and_16k_tokens() {
 #[test]
 fn prompts_follow_the_model_and_can_be_overridden() {
     let Some(dir) = qwen3() else { return };
-    let load = |options: EmbedderOptions| Embedder::from_dir(&dir, options);
+    let load = |options: EmbedderOptions| LocalEmbedder::from_dir(&dir, options);
     let own = load(EmbedderOptions::default()).unwrap();
     let named = load(EmbedderOptions::default().with_query_prompt_name("query")).unwrap();
     assert_eq!(own.prompt(Kind::Query), named.prompt(Kind::Query));
@@ -286,7 +289,7 @@ fn edit_json(path: &Path, edit: impl FnOnce(&mut Value)) {
 #[test]
 fn bad_model_directories_name_the_file_and_field() {
     let Some(dir) = qwen3() else { return };
-    let load = |d: &Path| Embedder::from_dir(d, EmbedderOptions::default()).unwrap_err();
+    let load = |d: &Path| LocalEmbedder::from_dir(d, EmbedderOptions::default()).unwrap_err();
 
     // An architecture this crate does not run.
     let copy = copy_model(&dir);
@@ -383,8 +386,8 @@ fn a_directory_saved_by_sentence_transformers_6_2_reads_as_the_older_layout() {
     assert_eq!(st.pooling, Some(Pooling::Mean));
     assert_eq!(st.normalize, Some(true));
     assert_eq!(st.max_seq_length, None, "6.x writes no max_seq_length");
-    let new = Embedder::from_dir(dir.path(), EmbedderOptions::default()).unwrap();
-    let old = Embedder::from_dir(&minilm, EmbedderOptions::default()).unwrap();
+    let new = LocalEmbedder::from_dir(dir.path(), EmbedderOptions::default()).unwrap();
+    let old = LocalEmbedder::from_dir(&minilm, EmbedderOptions::default()).unwrap();
     assert_eq!(
         new.max_length(),
         256,

@@ -123,9 +123,19 @@ pub struct Dataset {
     pub qrels: Qrels,
     /// Problems the official loader tolerates, each counted once.
     pub warnings: Vec<Diagnostic>,
+    /// The data set's name where its directory says (`dataset.json`'s
+    /// `name`, e.g. "MetaTool" for data converted into this layout), else
+    /// `None`: SkillRet.
+    pub name: Option<String>,
 }
 
 impl Dataset {
+    /// What the data is, for every output: its `dataset.json` name, else
+    /// "SkillRet".
+    pub fn label(&self) -> &str {
+        self.name.as_deref().unwrap_or("SkillRet")
+    }
+
     /// Loads `split` from a local directory in the official layout.
     pub fn load(dir: &Path, split: &str) -> Result<Self> {
         Self::from_files(&SplitFiles::in_dir(dir, split)?)
@@ -147,6 +157,7 @@ impl Dataset {
                 &mut warnings,
             )?,
         };
+        let name = dataset_name(files)?;
         Ok(Self {
             skills,
             queries,
@@ -154,7 +165,30 @@ impl Dataset {
             queries_path: files.queries.clone(),
             qrels,
             warnings,
+            name,
         })
+    }
+}
+
+/// `name` of the `dataset.json` beside `skills/`, if there is one.
+fn dataset_name(files: &SplitFiles) -> Result<Option<String>> {
+    let Some(dir) = files.skills.parent().and_then(Path::parent) else {
+        return Ok(None);
+    };
+    let path = dir.join("dataset.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::Invalid(format!("{}: {e}", path.display()))),
+    };
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::Invalid(format!("{}: not JSON ({e})", path.display())))?;
+    match value.get("name").and_then(serde_json::Value::as_str) {
+        Some(name) if !name.trim().is_empty() => Ok(Some(name.trim().to_owned())),
+        _ => Err(Error::Invalid(format!(
+            "{}: needs a `name` (what the data is, e.g. \"MetaTool\"); remove the file for SkillRet data",
+            path.display()
+        ))),
     }
 }
 

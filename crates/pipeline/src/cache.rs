@@ -68,6 +68,23 @@ pub(crate) fn model_fingerprint(dir: &Path) -> Result<String> {
     Ok(hex(&hasher.finalize()))
 }
 
+/// sha256 of the files of a served model's local directory that decide
+/// what the client sends (tokenizer, config, sentence-transformers files;
+/// not the weights, which may be absent).
+pub(crate) fn tokenizer_fingerprint(dir: &Path) -> Result<String> {
+    let mut hasher = Sha256::new();
+    for name in MODEL_FILES {
+        let path = dir.join(name);
+        hasher.update(name.as_bytes());
+        match fs::read(&path) {
+            Ok(bytes) => hasher.update(Sha256::digest(&bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => hasher.update(b"absent"),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
 /// The cache key of `texts` (with their `ids`) under `settings`: sha256 of
 /// the cache version, the settings and every id and text, length-prefixed.
 pub(crate) fn content_key(settings: &str, ids: &[&str], texts: &[String]) -> String {
@@ -130,6 +147,46 @@ impl Shards {
         self.dir.join(format!("shard-{i:06}.f32"))
     }
 
+    /// The directory of these shards.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn probe_path(&self) -> PathBuf {
+        self.dir.join("probe.f32")
+    }
+
+    /// The probe vector stored with these shards (served models), if any.
+    pub(crate) fn load_probe(&self) -> Result<Option<Vec<f32>>> {
+        let path = self.probe_path();
+        match fs::read(&path) {
+            Ok(bytes) => {
+                if bytes.len() < 16 || &bytes[..8] != MAGIC || (bytes.len() - 16) % 4 != 0 {
+                    bail!(
+                        "{}: not a probe vector of this cache; remove it",
+                        path.display()
+                    );
+                }
+                Ok(Some(
+                    bytes[16..]
+                        .chunks_exact(4)
+                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                        .collect(),
+                ))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+
+    /// Stores the probe vector once, before the first shard (atomically).
+    pub(crate) fn store_probe(&self, probe: &[f32]) -> Result<()> {
+        if self.probe_path().is_file() {
+            return Ok(());
+        }
+        self.write(&self.probe_path(), probe)
+    }
+
     /// The vectors of shard `i` if a complete copy is on disk.
     pub(crate) fn load(&self, i: usize) -> Result<Option<Vec<f32>>> {
         let path = self.path(i);
@@ -164,6 +221,10 @@ impl Shards {
                 self.range(i).len()
             );
         }
+        self.write(&self.path(i), vectors)
+    }
+
+    fn write(&self, path: &Path, vectors: &[f32]) -> Result<()> {
         fs::create_dir_all(&self.dir)
             .with_context(|| format!("creating {}", self.dir.display()))?;
         let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)
@@ -176,9 +237,9 @@ impl Shards {
         }
         tmp.write_all(&bytes)
             .and_then(|()| tmp.as_file().sync_all())
-            .with_context(|| format!("writing {}", self.path(i).display()))?;
-        tmp.persist(self.path(i))
-            .with_context(|| format!("writing {}", self.path(i).display()))?;
+            .with_context(|| format!("writing {}", path.display()))?;
+        tmp.persist(path)
+            .with_context(|| format!("writing {}", path.display()))?;
         Ok(())
     }
 }

@@ -189,8 +189,14 @@ The model is a local directory (config.json, tokenizer.json, model.safetensors a
 where present, the sentence-transformers files) or a Hub id with --revision (where the \
 Hub is reachable; the cache is used first).
 
+With --config, the [embedder] section of a run configuration decides everything, and a \
+served model works as in `pipeline run`: \
+`pipeline embed --config configs/vllm-minilm.toml --input skills.jsonl --output v.jsonl` \
+sends the texts to the vLLM server(s) the configuration lists (see README, \"Served models\").
+
 Examples:
   pipeline embed --model models/all-MiniLM-L6-v2 --input skills.jsonl --output vectors.jsonl
+  pipeline embed --config configs/vllm-minilm.toml --input skills.jsonl --output vectors.jsonl
   pipeline embed --model models/multilingual-e5-small --kind query --query-prompt 'query: ' \\
       --input queries.jsonl --output q.jsonl
   pipeline embed --model Qwen/Qwen3-Embedding-0.6B --revision <sha> --kind query \\
@@ -201,8 +207,18 @@ Examples:
 #[derive(Debug, Args)]
 pub struct EmbedArgs {
     /// A model directory, or a Hub id (with --revision).
-    #[arg(long, value_name = "DIR|ID")]
-    pub model: String,
+    #[arg(long, value_name = "DIR|ID", required_unless_present = "config")]
+    pub model: Option<String>,
+
+    /// Take the embedder from a run configuration's [embedder] section
+    /// instead (a local model or a served one: backend = "openai",
+    /// endpoints, served_model, …); its normalisation applies.
+    #[arg(
+        long,
+        value_name = "TOML",
+        conflicts_with_all = ["model", "revision", "query_prompt", "document_prompt", "query_prompt_name", "document_prompt_name", "max_length"]
+    )]
+    pub config: Option<PathBuf>,
 
     /// The commit of a Hub model (40 hex digits).
     #[arg(long, value_name = "SHA")]

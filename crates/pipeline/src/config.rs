@@ -5,8 +5,10 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use embedder::remote::InputMode;
 use embedder::{Backend, Pooling, Precision};
 use index::{HnswParams, MilvusParams};
+use reranker::{RemoteApi, RerankerKind};
 use serde::{Deserialize, Serialize};
 
 /// The file as written.
@@ -39,7 +41,11 @@ struct RawData {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawEmbedder {
-    model: String,
+    /// native | candle | cuda (this process) | openai (a served model).
+    backend: Option<EmbedderBackend>,
+    /// The model directory or Hub id (a served model: optional, its local
+    /// directory for the tokenizer, prompts and length).
+    model: Option<String>,
     revision: Option<String>,
     /// Literal text before each query (`query_prefix` is the older name).
     #[serde(alias = "query_prefix")]
@@ -53,12 +59,79 @@ struct RawEmbedder {
     pooling: Option<Pooling>,
     normalize: Option<bool>,
     max_length: Option<usize>,
-    #[serde(default = "default_batch_tokens")]
-    batch_tokens: usize,
-    #[serde(default)]
-    precision: Precision,
-    #[serde(default)]
-    backend: Backend,
+    batch_tokens: Option<usize>,
+    precision: Option<Precision>,
+    // A served model's keys (see RawServed).
+    served_model: Option<toml::Spanned<String>>,
+    endpoints: Option<toml::Spanned<Vec<toml::Spanned<String>>>>,
+    api_key_env: Option<toml::Spanned<String>>,
+    max_in_flight: Option<usize>,
+    batch_size: Option<usize>,
+    timeout_s: Option<f64>,
+    retries: Option<usize>,
+    allow_insecure_http: Option<bool>,
+    /// Matryoshka width (served).
+    dimensions: Option<usize>,
+    /// tokens | text (served).
+    input: Option<embedder::remote::InputMode>,
+}
+
+/// The keys of a served model, in [embedder] or [reranker].
+#[derive(Debug, Default)]
+struct RawServed {
+    served_model: Option<toml::Spanned<String>>,
+    endpoints: Option<toml::Spanned<Vec<toml::Spanned<String>>>>,
+    api_key_env: Option<toml::Spanned<String>>,
+    max_in_flight: Option<usize>,
+    batch_size: Option<usize>,
+    timeout_s: Option<f64>,
+    retries: Option<usize>,
+    allow_insecure_http: Option<bool>,
+}
+
+impl RawServed {
+    fn any(&self) -> Option<&'static str> {
+        [
+            (self.served_model.is_some(), "served_model"),
+            (self.endpoints.is_some(), "endpoints"),
+            (self.api_key_env.is_some(), "api_key_env"),
+            (self.max_in_flight.is_some(), "max_in_flight"),
+            (self.batch_size.is_some(), "batch_size"),
+            (self.timeout_s.is_some(), "timeout_s"),
+            (self.retries.is_some(), "retries"),
+            (self.allow_insecure_http.is_some(), "allow_insecure_http"),
+        ]
+        .into_iter()
+        .find_map(|(set, key)| set.then_some(key))
+    }
+}
+
+/// Where an [embedder] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbedderBackend {
+    /// This project's CPU engine (the default).
+    Native,
+    /// The family's candle graph on the CPU.
+    Candle,
+    /// candle on a CUDA GPU.
+    Cuda,
+    /// A served model behind the OpenAI embeddings API.
+    Openai,
+}
+
+/// Where a [reranker] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RerankerBackend {
+    /// This project's CPU engine (the default).
+    Native,
+    /// The family's candle graph on the CPU.
+    Candle,
+    /// candle on a CUDA GPU.
+    Cuda,
+    /// A served reranker behind a `/rerank` endpoint.
+    RerankApi,
 }
 
 #[derive(Debug, Deserialize)]
@@ -80,17 +153,17 @@ struct RawRetriever {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawReranker {
-    model: String,
+    /// native | candle | cuda (this process) | rerank-api (a served reranker).
+    backend: Option<RerankerBackend>,
+    /// The model directory or Hub id (served: optional, its local directory
+    /// for the tokenizer, length and kind).
+    model: Option<String>,
     revision: Option<String>,
     #[serde(default = "default_top_n")]
     top_n: usize,
     max_length: Option<usize>,
-    #[serde(default = "default_batch_tokens")]
-    batch_tokens: usize,
-    #[serde(default)]
-    precision: Precision,
-    #[serde(default)]
-    backend: Backend,
+    batch_tokens: Option<usize>,
+    precision: Option<Precision>,
     #[serde(default)]
     sigmoid: bool,
     /// The instruction of a yes/no (decoder) reranker.
@@ -100,6 +173,19 @@ struct RawReranker {
     combine: Combine,
     /// The reranker's share with combine = "interpolate".
     weight: Option<f64>,
+    // A served reranker's keys (see RawServed).
+    served_model: Option<toml::Spanned<String>>,
+    endpoints: Option<toml::Spanned<Vec<toml::Spanned<String>>>>,
+    api_key_env: Option<toml::Spanned<String>>,
+    max_in_flight: Option<usize>,
+    batch_size: Option<usize>,
+    timeout_s: Option<f64>,
+    retries: Option<usize>,
+    allow_insecure_http: Option<bool>,
+    /// rerank | tei (served).
+    api: Option<toml::Spanned<String>>,
+    /// cross-encoder | yes-no (served; default from the local model).
+    kind: Option<RerankerKind>,
 }
 
 /// How the second stage orders the top N.
@@ -214,11 +300,54 @@ pub struct ModelRef {
     pub revision: Option<String>,
 }
 
+/// A place in a configuration file, for messages (`file:line`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Place {
+    /// The file.
+    pub file: PathBuf,
+    /// Its line (1-based).
+    pub line: usize,
+}
+
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file.display(), self.line)
+    }
+}
+
+/// A served model's connection settings (never its key: only the name of
+/// the variable that holds it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServedSettings {
+    /// The name the server knows the model by (optional for TEI).
+    pub served_model: Option<String>,
+    /// Base URLs of the replicas, checked to be URLs.
+    pub endpoints: Vec<String>,
+    /// The variable that holds the API key (checked to be set).
+    pub api_key_env: Option<String>,
+    /// Requests in flight per endpoint.
+    pub max_in_flight: usize,
+    /// Inputs (embedder) or documents (reranker) per request.
+    pub batch_size: usize,
+    /// Deadline of one request, in seconds.
+    pub timeout_s: f64,
+    /// Failed attempts in a row after which an endpoint is down.
+    pub retries: usize,
+    /// Allow a key over plain http to another host.
+    pub allow_insecure_http: bool,
+    /// The section's header.
+    pub section: Place,
+    /// `served_model` (else the section).
+    pub served_model_at: Place,
+    /// `endpoints` (else the section).
+    pub endpoints_at: Place,
+}
+
 /// Bi-encoder settings.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EmbedderSettings {
-    /// The model.
-    pub model: ModelRef,
+    /// The model (a served model: its optional local directory).
+    pub model: Option<ModelRef>,
     /// Literal prompt of queries (default: the model's `query` prompt).
     pub query_prompt: Option<String>,
     /// Literal prompt of documents (default: the model's `document` prompt).
@@ -238,8 +367,25 @@ pub struct EmbedderSettings {
     pub batch_tokens: usize,
     /// Linear-layer arithmetic.
     pub precision: Precision,
-    /// Engine.
+    /// Engine (local models).
     pub backend: Backend,
+    /// The served model (backend = "openai").
+    pub served: Option<ServedSettings>,
+    /// Matryoshka width asked of a served model.
+    pub dimensions: Option<usize>,
+    /// What goes over the wire to a served model.
+    pub input: Option<InputMode>,
+}
+
+impl EmbedderSettings {
+    /// The model's name in words: the served name, or the model.
+    pub fn label(&self) -> String {
+        match (&self.served, &self.model) {
+            (Some(s), _) => format!("{} (served)", s.served_model.as_deref().unwrap_or("model")),
+            (None, Some(m)) => m.model.clone(),
+            (None, None) => "?".to_owned(),
+        }
+    }
 }
 
 /// First-stage settings.
@@ -264,8 +410,8 @@ pub struct RetrieverSettings {
 /// Reranker settings.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RerankerSettings {
-    /// The cross-encoder.
-    pub model: ModelRef,
+    /// The checkpoint (served: its optional local directory).
+    pub model: Option<ModelRef>,
     /// How many first-stage candidates to rescore.
     pub top_n: usize,
     /// Truncation override.
@@ -274,7 +420,7 @@ pub struct RerankerSettings {
     pub batch_tokens: usize,
     /// Linear-layer arithmetic.
     pub precision: Precision,
-    /// Engine.
+    /// Engine (local models).
     pub backend: Backend,
     /// Sigmoid of one-label logits.
     pub sigmoid: bool,
@@ -284,6 +430,26 @@ pub struct RerankerSettings {
     pub combine: Combine,
     /// The reranker's share when interpolating.
     pub weight: f64,
+    /// The served reranker (backend = "rerank-api").
+    pub served: Option<ServedSettings>,
+    /// Its request shape.
+    pub api: Option<RemoteApi>,
+    /// Cross-encoder or yes/no (served).
+    pub kind: Option<RerankerKind>,
+}
+
+impl RerankerSettings {
+    /// The reranker's name in words.
+    pub fn label(&self) -> String {
+        match (&self.served, &self.model) {
+            (Some(s), _) => format!(
+                "{} (served)",
+                s.served_model.as_deref().unwrap_or("reranker")
+            ),
+            (None, Some(m)) => m.model.clone(),
+            (None, None) => "?".to_owned(),
+        }
+    }
 }
 
 /// A checked run configuration.
@@ -327,27 +493,112 @@ pub struct Overrides {
 impl Settings {
     /// Reads, parses and resolves a configuration file.
     pub fn load(path: &Path, overrides: &Overrides) -> Result<Self> {
-        resolve(read_toml(path)?, path, overrides)
+        let (raw, text) = read_toml_text(path)?;
+        let source = Source { path, text: &text };
+        resolve(raw, &source, overrides)
     }
 }
 
 /// Reads and parses a TOML configuration; errors name the file and line.
 pub(crate) fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the configuration {}", path.display()))?;
-    toml::from_str(&text).map_err(|e| {
-        let place = e
-            .span()
-            .map(|span| {
-                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-                format!(":{line}")
-            })
-            .unwrap_or_default();
-        anyhow::anyhow!("{}{place}: {}", path.display(), e.message())
-    })
+    Ok(read_toml_text(path)?.0)
 }
 
-fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
+/// [`read_toml`], and the file's text. An error names the file, the line,
+/// and the section and key written there: `c.toml:7: [retriever] tpo_n: …`.
+pub(crate) fn read_toml_text<T: serde::de::DeserializeOwned>(path: &Path) -> Result<(T, String)> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the configuration {}", path.display()))?;
+    match toml::from_str(&text) {
+        Ok(value) => Ok((value, text)),
+        Err(e) => {
+            let source = Source { path, text: &text };
+            let place = e
+                .span()
+                .map(|span| {
+                    let line = source.line(span.start);
+                    let field = source.field_at(line);
+                    format!(
+                        ":{line}{}",
+                        field.map(|f| format!(": {f}")).unwrap_or_default()
+                    )
+                })
+                .unwrap_or_default();
+            bail!("{}{place}: {}", path.display(), e.message())
+        }
+    }
+}
+
+/// A configuration file's text, to say where things are in it.
+pub(crate) struct Source<'a> {
+    pub(crate) path: &'a Path,
+    pub(crate) text: &'a str,
+}
+
+impl Source<'_> {
+    /// The 1-based line of a byte offset.
+    pub(crate) fn line(&self, offset: usize) -> usize {
+        self.text[..offset.min(self.text.len())]
+            .matches('\n')
+            .count()
+            + 1
+    }
+
+    /// `file:line` of a byte offset.
+    pub(crate) fn place(&self, offset: usize) -> Place {
+        Place {
+            file: self.path.to_path_buf(),
+            line: self.line(offset),
+        }
+    }
+
+    /// The line of a section's header (`[embedder]`), else 1.
+    pub(crate) fn section(&self, name: &str) -> Place {
+        let header = format!("[{name}]");
+        let line = self
+            .text
+            .lines()
+            .position(|l| {
+                l.trim_start()
+                    .strip_prefix(header.as_str())
+                    .is_some_and(|rest| {
+                        rest.trim().is_empty() || rest.trim_start().starts_with('#')
+                    })
+            })
+            .map_or(1, |i| i + 1);
+        Place {
+            file: self.path.to_path_buf(),
+            line,
+        }
+    }
+
+    /// `[section] key` of the key written on `line`, if any.
+    fn field_at(&self, line: usize) -> Option<String> {
+        let lines: Vec<&str> = self.text.lines().collect();
+        let here = lines.get(line.checked_sub(1)?)?;
+        let key = here.split_once('=').map(|(k, _)| k.trim()).filter(|k| {
+            !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-.\"".contains(c))
+        });
+        let section = lines[..line]
+            .iter()
+            .rev()
+            .map(|l| l.trim())
+            .find(|l| l.starts_with('[') && !l.starts_with("[["))
+            .and_then(|l| l.split(']').next())
+            .map(|l| format!("{l}]"));
+        match (section, key) {
+            (Some(s), Some(k)) => Some(format!("{s} {k}")),
+            (None, Some(k)) => Some(k.to_owned()),
+            (Some(s), None) => Some(s),
+            (None, None) => None,
+        }
+    }
+}
+
+fn resolve(raw: Raw, source: &Source<'_>, overrides: &Overrides) -> Result<Settings> {
+    let path = source.path;
     let file = path.display();
     let data = DataSource::resolve(
         &file,
@@ -404,40 +655,12 @@ fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
                     "{file}: [embedder] normalize = false cannot go with index = \"hnsw\" (HNSW by inner product needs unit vectors)"
                 );
             }
-            if e.batch_tokens == 0 || e.max_length == Some(0) {
-                bail!("{file}: [embedder] batch_tokens and max_length must be positive");
-            }
-            for (kind, literal, name) in [
-                ("query", &e.query_prompt, &e.query_prompt_name),
-                ("document", &e.document_prompt, &e.document_prompt_name),
-            ] {
-                if literal.is_some() && name.is_some() {
-                    bail!(
-                        "{file}: [embedder] has both {kind}_prompt and {kind}_prompt_name; keep one"
-                    );
-                }
-            }
-            Some(EmbedderSettings {
-                model: model_ref(e.model, e.revision, &file.to_string(), "embedder")?,
-                query_prompt: e.query_prompt,
-                document_prompt: e.document_prompt,
-                query_prompt_name: e.query_prompt_name,
-                document_prompt_name: e.document_prompt_name,
-                pooling: e.pooling,
-                normalize: e.normalize,
-                max_length: e.max_length,
-                batch_tokens: e.batch_tokens,
-                precision: overrides.precision.unwrap_or(e.precision),
-                backend: e.backend,
-            })
+            Some(resolve_embedder(e, source, overrides)?)
         }
     };
     let reranker = match raw.reranker {
         None => None,
         Some(x) => {
-            if x.top_n == 0 || x.batch_tokens == 0 || x.max_length == Some(0) {
-                bail!("{file}: [reranker] top_n, batch_tokens and max_length must be positive");
-            }
             if x.top_n > r.top_n {
                 bail!(
                     "{file}: [reranker] top_n = {} is more than the retriever's top_n = {}",
@@ -445,31 +668,7 @@ fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
                     r.top_n
                 );
             }
-            let weight = match (x.combine, x.weight) {
-                (Combine::Replace, Some(_)) => {
-                    bail!("{file}: [reranker] weight applies to combine = \"interpolate\" only")
-                }
-                (Combine::Replace, None) => 1.0,
-                (Combine::Interpolate, w) => {
-                    let w = w.unwrap_or(0.5);
-                    if !(0.0..=1.0).contains(&w) {
-                        bail!("{file}: [reranker] weight must be in [0, 1]");
-                    }
-                    w
-                }
-            };
-            Some(RerankerSettings {
-                model: model_ref(x.model, x.revision, &file.to_string(), "reranker")?,
-                combine: x.combine,
-                weight,
-                top_n: x.top_n,
-                max_length: x.max_length,
-                batch_tokens: x.batch_tokens,
-                precision: overrides.precision.unwrap_or(x.precision),
-                backend: x.backend,
-                sigmoid: x.sigmoid,
-                instruction: x.instruction,
-            })
+            Some(resolve_reranker(x, source, overrides)?)
         }
     };
     let mut k = raw.eval.k;
@@ -510,6 +709,341 @@ fn resolve(raw: Raw, path: &Path, overrides: &Overrides) -> Result<Settings> {
             .cache
             .unwrap_or_else(|| PathBuf::from(".cache/skillret")),
         limit_queries: overrides.limit_queries,
+    })
+}
+
+fn resolve_embedder(
+    e: RawEmbedder,
+    source: &Source<'_>,
+    overrides: &Overrides,
+) -> Result<EmbedderSettings> {
+    let file = source.path.display();
+    let section = source.section("embedder");
+    let served = RawServed {
+        served_model: e.served_model,
+        endpoints: e.endpoints,
+        api_key_env: e.api_key_env,
+        max_in_flight: e.max_in_flight,
+        batch_size: e.batch_size,
+        timeout_s: e.timeout_s,
+        retries: e.retries,
+        allow_insecure_http: e.allow_insecure_http,
+    };
+    if e.batch_tokens == Some(0) || e.max_length == Some(0) {
+        bail!("{section}: [embedder] batch_tokens and max_length must be positive");
+    }
+    for (kind, literal, name) in [
+        ("query", &e.query_prompt, &e.query_prompt_name),
+        ("document", &e.document_prompt, &e.document_prompt_name),
+    ] {
+        if literal.is_some() && name.is_some() {
+            bail!("{section}: [embedder] has both {kind}_prompt and {kind}_prompt_name; keep one");
+        }
+    }
+    let backend = e.backend.unwrap_or(EmbedderBackend::Native);
+    let model = match e.model {
+        Some(m) => Some(model_ref(m, e.revision, &file.to_string(), "embedder")?),
+        None if backend == EmbedderBackend::Openai => {
+            if e.revision.is_some() {
+                bail!("{section}: [embedder] revision applies to a Hub `model`; there is none");
+            }
+            None
+        }
+        None => bail!(
+            "{section}: [embedder] needs `model` (a model directory, or a Hub id with revision)"
+        ),
+    };
+    let served = if backend == EmbedderBackend::Openai {
+        for (set, key, why) in [
+            (
+                e.pooling.is_some(),
+                "pooling",
+                "the server pools as the model's files say",
+            ),
+            (
+                e.precision.is_some(),
+                "precision",
+                "the server's arithmetic is its own (vLLM: --dtype)",
+            ),
+            (
+                e.batch_tokens.is_some(),
+                "batch_tokens",
+                "use batch_size, the inputs per request",
+            ),
+        ] {
+            if set {
+                bail!("{section}: [embedder] {key} does not apply to backend = \"openai\": {why}");
+            }
+        }
+        if e.max_length.is_some() && model.is_none() {
+            bail!(
+                "{section}: [embedder] max_length needs `model`, the local directory whose tokenizer counts the tokens"
+            );
+        }
+        if e.input == Some(InputMode::Tokens) && model.is_none() {
+            bail!(
+                "{section}: [embedder] input = \"tokens\" needs `model`, the local directory whose tokenizer makes them"
+            );
+        }
+        let served = resolve_served(served, source, "embedder", true, 64)?;
+        Some(served)
+    } else {
+        if let Some(key) = served.any() {
+            bail!(
+                "{section}: [embedder] {key} applies to backend = \"openai\" (a served model) only"
+            );
+        }
+        for (set, key) in [
+            (e.dimensions.is_some(), "dimensions"),
+            (e.input.is_some(), "input"),
+        ] {
+            if set {
+                bail!(
+                    "{section}: [embedder] {key} applies to backend = \"openai\" (a served model) only"
+                );
+            }
+        }
+        None
+    };
+    if e.dimensions == Some(0) {
+        bail!("{section}: [embedder] dimensions must be positive");
+    }
+    Ok(EmbedderSettings {
+        model,
+        query_prompt: e.query_prompt,
+        document_prompt: e.document_prompt,
+        query_prompt_name: e.query_prompt_name,
+        document_prompt_name: e.document_prompt_name,
+        pooling: e.pooling,
+        normalize: e.normalize,
+        max_length: e.max_length,
+        batch_tokens: e.batch_tokens.unwrap_or_else(default_batch_tokens),
+        precision: match backend {
+            EmbedderBackend::Openai => Precision::F32,
+            _ => overrides.precision.or(e.precision).unwrap_or_default(),
+        },
+        backend: match backend {
+            EmbedderBackend::Candle => Backend::Candle,
+            EmbedderBackend::Cuda => Backend::Cuda,
+            EmbedderBackend::Native | EmbedderBackend::Openai => Backend::Native,
+        },
+        served,
+        dimensions: e.dimensions,
+        input: e.input,
+    })
+}
+
+fn resolve_reranker(
+    x: RawReranker,
+    source: &Source<'_>,
+    overrides: &Overrides,
+) -> Result<RerankerSettings> {
+    let file = source.path.display();
+    let section = source.section("reranker");
+    if x.top_n == 0 || x.batch_tokens == Some(0) || x.max_length == Some(0) {
+        bail!("{section}: [reranker] top_n, batch_tokens and max_length must be positive");
+    }
+    let weight = match (x.combine, x.weight) {
+        (Combine::Replace, Some(_)) => {
+            bail!("{section}: [reranker] weight applies to combine = \"interpolate\" only")
+        }
+        (Combine::Replace, None) => 1.0,
+        (Combine::Interpolate, w) => {
+            let w = w.unwrap_or(0.5);
+            if !(0.0..=1.0).contains(&w) {
+                bail!("{section}: [reranker] weight must be in [0, 1]");
+            }
+            w
+        }
+    };
+    let backend = x.backend.unwrap_or(RerankerBackend::Native);
+    let remote = backend == RerankerBackend::RerankApi;
+    let model = match x.model {
+        Some(m) => Some(model_ref(m, x.revision, &file.to_string(), "reranker")?),
+        None if remote => None,
+        None => bail!(
+            "{section}: [reranker] needs `model` (a reranker directory, or a Hub id with revision)"
+        ),
+    };
+    let served = RawServed {
+        served_model: x.served_model,
+        endpoints: x.endpoints,
+        api_key_env: x.api_key_env,
+        max_in_flight: x.max_in_flight,
+        batch_size: x.batch_size,
+        timeout_s: x.timeout_s,
+        retries: x.retries,
+        allow_insecure_http: x.allow_insecure_http,
+    };
+    let (served, api) = if remote {
+        for (set, key, why) in [
+            (
+                x.precision.is_some(),
+                "precision",
+                "the server's arithmetic is its own (vLLM: --dtype)",
+            ),
+            (
+                x.batch_tokens.is_some(),
+                "batch_tokens",
+                "use batch_size, the documents per request",
+            ),
+        ] {
+            if set {
+                bail!(
+                    "{section}: [reranker] {key} does not apply to backend = \"rerank-api\": {why}"
+                );
+            }
+        }
+        let api = match &x.api {
+            None => RemoteApi::Rerank,
+            Some(api) => match api.get_ref().as_str() {
+                "rerank" => RemoteApi::Rerank,
+                "tei" => RemoteApi::Tei,
+                other => bail!(
+                    "{}: [reranker] api: unknown {other:?}; expected \"rerank\" (vLLM, Jina, Cohere: query + documents) or \"tei\" (text-embeddings-inference: query + texts)",
+                    source.place(api.span().start)
+                ),
+            },
+        };
+        let needs_name = api == RemoteApi::Rerank;
+        if x.max_length.is_some() && model.is_none() {
+            bail!(
+                "{section}: [reranker] max_length needs `model`, the local directory whose tokenizer counts the tokens"
+            );
+        }
+        (
+            Some(resolve_served(served, source, "reranker", needs_name, 32)?),
+            Some(api),
+        )
+    } else {
+        if let Some(key) = served.any() {
+            bail!(
+                "{section}: [reranker] {key} applies to backend = \"rerank-api\" (a served reranker) only"
+            );
+        }
+        for (set, key) in [(x.api.is_some(), "api"), (x.kind.is_some(), "kind")] {
+            if set {
+                bail!(
+                    "{section}: [reranker] {key} applies to backend = \"rerank-api\" (a served reranker) only"
+                );
+            }
+        }
+        (None, None)
+    };
+    Ok(RerankerSettings {
+        model,
+        combine: x.combine,
+        weight,
+        top_n: x.top_n,
+        max_length: x.max_length,
+        batch_tokens: x.batch_tokens.unwrap_or_else(default_batch_tokens),
+        precision: if remote {
+            Precision::F32
+        } else {
+            overrides.precision.or(x.precision).unwrap_or_default()
+        },
+        backend: match backend {
+            RerankerBackend::Candle => Backend::Candle,
+            RerankerBackend::Cuda => Backend::Cuda,
+            RerankerBackend::Native | RerankerBackend::RerankApi => Backend::Native,
+        },
+        sigmoid: x.sigmoid,
+        instruction: x.instruction,
+        served,
+        api,
+        kind: x.kind,
+    })
+}
+
+/// Checks a served model's keys: endpoints (each a URL), the key's
+/// variable (set), positive limits. Errors name the file, line and key.
+fn resolve_served(
+    raw: RawServed,
+    source: &Source<'_>,
+    name: &str,
+    needs_name: bool,
+    default_batch: usize,
+) -> Result<ServedSettings> {
+    let section = source.section(name);
+    let backend = if name == "embedder" {
+        "openai"
+    } else {
+        "rerank-api"
+    };
+    let served_model_at = raw
+        .served_model
+        .as_ref()
+        .map_or_else(|| section.clone(), |s| source.place(s.span().start));
+    let served_model = match raw.served_model {
+        Some(s) if s.get_ref().trim().is_empty() => {
+            bail!("{served_model_at}: [{name}] served_model is empty")
+        }
+        Some(s) => Some(s.into_inner()),
+        None if needs_name => bail!(
+            "{section}: [{name}] backend = \"{backend}\" needs `served_model`, the name the server knows the model by (vLLM: --served-model-name)"
+        ),
+        None => None,
+    };
+    let Some(endpoints) = raw.endpoints else {
+        bail!(
+            "{section}: [{name}] backend = \"{backend}\" needs `endpoints`, a list of the replicas' base URLs (e.g. endpoints = [\"http://127.0.0.1:8011/v1\"])"
+        );
+    };
+    let endpoints_at = source.place(endpoints.span().start);
+    let list = endpoints.into_inner();
+    if list.is_empty() {
+        bail!("{endpoints_at}: [{name}] endpoints is empty: list at least one base URL");
+    }
+    let mut urls = Vec::new();
+    for (i, e) in list.iter().enumerate() {
+        let at = source.place(e.span().start);
+        let parsed = embedder::remote::Endpoint::parse(e.get_ref())
+            .map_err(|why| anyhow::anyhow!("{at}: [{name}] endpoints[{i}]: {why}"))?;
+        if urls.contains(&parsed.to_string()) {
+            bail!("{at}: [{name}] endpoints[{i}]: {parsed} is listed twice");
+        }
+        urls.push(parsed.to_string());
+    }
+    let api_key_env = match raw.api_key_env {
+        None => None,
+        Some(var) => {
+            let at = source.place(var.span().start);
+            let var = var.into_inner();
+            if var.is_empty() || var.contains(['=', '\0']) {
+                bail!("{at}: [{name}] api_key_env {var:?} is not a variable name");
+            }
+            match std::env::var_os(&var) {
+                Some(v) if !v.is_empty() => {}
+                _ => bail!(
+                    "{at}: [{name}] api_key_env names ${var}, which is not set (export {var}=… with the key, or remove api_key_env for a server without one)"
+                ),
+            }
+            Some(var)
+        }
+    };
+    let timeout_s = raw.timeout_s.unwrap_or(120.0);
+    if !(timeout_s.is_finite() && timeout_s > 0.0) {
+        bail!("{section}: [{name}] timeout_s must be a positive number of seconds");
+    }
+    let (max_in_flight, batch_size) = (
+        raw.max_in_flight.unwrap_or(8),
+        raw.batch_size.unwrap_or(default_batch),
+    );
+    if max_in_flight == 0 || batch_size == 0 {
+        bail!("{section}: [{name}] max_in_flight and batch_size must be at least 1");
+    }
+    Ok(ServedSettings {
+        served_model,
+        endpoints: urls,
+        api_key_env,
+        max_in_flight,
+        batch_size,
+        timeout_s,
+        retries: raw.retries.unwrap_or(5),
+        allow_insecure_http: raw.allow_insecure_http.unwrap_or(false),
+        section,
+        served_model_at,
+        endpoints_at,
     })
 }
 

@@ -9,6 +9,7 @@ pub mod config;
 mod plot;
 mod progress;
 mod report;
+mod stages;
 pub mod train_config;
 
 /// Runs one parsed command line.

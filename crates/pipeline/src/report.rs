@@ -22,10 +22,14 @@ const SEED: u64 = 20_260_512;
 
 /// One stage's ranking.
 pub(crate) struct Stage {
-    /// `retriever` or `reranker`.
+    /// `retriever` or `reranker`; a hybrid retriever's parts are `dense`
+    /// and `bm25`.
     pub(crate) name: String,
     /// Its run.
     pub(crate) run: Run,
+    /// The stage it builds on (by index), for the change it makes: the
+    /// reranker on the retriever, a hybrid retriever on its dense part.
+    pub(crate) after: Option<usize>,
 }
 
 /// An approximate or remote index against exact search on the run's queries.
@@ -47,6 +51,8 @@ pub(crate) struct StageTiming {
     pub(crate) stage: String,
     pub(crate) seconds: f64,
     pub(crate) detail: String,
+    /// Further lines (a served model's figures per endpoint).
+    pub(crate) notes: Vec<String>,
 }
 
 impl StageTiming {
@@ -55,6 +61,7 @@ impl StageTiming {
             stage: stage.to_owned(),
             seconds: started.elapsed().as_secs_f64(),
             detail,
+            notes: Vec::new(),
         }
     }
 }
@@ -67,6 +74,7 @@ pub(crate) struct Written {
 /// Scores the stages and writes every deterministic output.
 pub(crate) fn write(
     settings: &Settings,
+    label: &str,
     qrels: &Qrels,
     skills: &[eval::Skill],
     stages: &[Stage],
@@ -82,6 +90,7 @@ pub(crate) fn write(
         .collect();
 
     let mut metrics = Map::new();
+    metrics.insert("dataset".to_owned(), json!(label));
     for (stage, e) in stages.iter().zip(&evaluations) {
         metrics.insert(stage.name.clone(), Value::Object(e.summary_json(true)));
     }
@@ -110,7 +119,15 @@ pub(crate) fn write(
     let table = stage_table(settings, stages, &evaluations);
     write_text(
         &out.join("report.md"),
-        &markdown(settings, skills.len(), stages, &evaluations, recall, &table),
+        &markdown(
+            settings,
+            label,
+            skills.len(),
+            stages,
+            &evaluations,
+            recall,
+            &table,
+        ),
     )?;
     let curve_depth = settings.retriever.top_n;
     let curves = curves(qrels, stages, curve_depth)?;
@@ -118,14 +135,22 @@ pub(crate) fn write(
         &out.join("recall_at_k.svg"),
         &crate::plot::svg(&curves, curve_depth),
     )?;
-    Ok(Written { table })
+    Ok(Written {
+        table: format!("{label} · {}\n\n{table}", settings.path.display()),
+    })
 }
 
 /// `timings.json` (not deterministic: wall times).
 pub(crate) fn write_timings(out: &Path, timings: &[StageTiming]) -> Result<()> {
     let list: Vec<Value> = timings
         .iter()
-        .map(|t| json!({"stage": t.stage, "seconds": t.seconds, "detail": t.detail}))
+        .map(|t| {
+            let mut v = json!({"stage": t.stage, "seconds": t.seconds, "detail": t.detail});
+            if !t.notes.is_empty() {
+                v["notes"] = json!(t.notes);
+            }
+            v
+        })
         .collect();
     let total: f64 = timings.iter().map(|t| t.seconds).sum();
     let value = json!({"stages": list, "total_seconds": total});
@@ -150,18 +175,20 @@ fn stage_table(settings: &Settings, stages: &[Stage], evals: &[Evaluation]) -> S
         rows.extend([Metric::Map(k), Metric::Precision(k), Metric::HitRate(k)]);
     }
     rows.push(Metric::Mrr);
+    let steps: Vec<(usize, usize)> = stages
+        .iter()
+        .enumerate()
+        .filter_map(|(i, st)| st.after.map(|from| (from, i)))
+        .collect();
     let mut s = String::from("| metric |");
     for stage in stages {
         let _ = write!(s, " {} |", stage.name);
     }
-    if stages.len() == 2 {
-        s.push_str(" Δ |");
+    for &(from, to) in &steps {
+        let _ = write!(s, " Δ {} − {} |", stages[to].name, stages[from].name);
     }
     s.push_str("\n|---|");
-    for _ in stages {
-        s.push_str("---:|");
-    }
-    if stages.len() == 2 {
+    for _ in stages.iter().map(|_| ()).chain(steps.iter().map(|_| ())) {
         s.push_str("---:|");
     }
     s.push('\n');
@@ -174,8 +201,8 @@ fn stage_table(settings: &Settings, stages: &[Stage], evals: &[Evaluation]) -> S
         for v in &values {
             let _ = write!(s, " {v:.4} |");
         }
-        if values.len() == 2 {
-            let _ = write!(s, " {:+.4} |", values[1] - values[0]);
+        for &(from, to) in &steps {
+            let _ = write!(s, " {:+.4} |", values[to] - values[from]);
         }
         s.push('\n');
     }
@@ -184,6 +211,7 @@ fn stage_table(settings: &Settings, stages: &[Stage], evals: &[Evaluation]) -> S
 
 fn markdown(
     settings: &Settings,
+    label: &str,
     skills: usize,
     stages: &[Stage],
     evals: &[Evaluation],
@@ -191,7 +219,7 @@ fn markdown(
     table: &str,
 ) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "# SkillRet run: `{}`\n", settings.path.display());
+    let _ = writeln!(s, "# {label} run: `{}`\n", settings.path.display());
     let data = match &settings.data {
         crate::config::DataSource::Dir(d) => format!("`{}`", d.display()),
         crate::config::DataSource::Hub(r) => format!("ThakiCloud/SKILLRET at {r}"),
@@ -199,27 +227,35 @@ fn markdown(
     let queries = evals.first().map_or(0, |e| e.per_query.len());
     let _ = writeln!(
         s,
-        "Data: {data}, split `{}`: {skills} skills, {queries} judged queries scored.",
+        "Data: {label}{}, {data}, split `{}`: {skills} skills, {queries} judged queries scored.",
+        if label == "SkillRet" {
+            String::new()
+        } else {
+            " (not SkillRet: its metrics are not comparable with the SkillRet paper's)".to_owned()
+        },
         settings.split
     );
     let r = &settings.retriever;
     let first = match (&settings.embedder, r.kind) {
         (Some(e), kind) => format!(
             "{kind:?} ({}, {:?} index), top {}",
-            e.model.model, r.index, r.top_n
+            e.label(),
+            r.index,
+            r.top_n
         ),
         (None, kind) => format!("{kind:?}, top {}", r.top_n),
     };
     let _ = writeln!(s, "Retriever: {first}.");
     if let Some(rr) = &settings.reranker {
-        let _ = writeln!(s, "Reranker: {}, top {}.", rr.model.model, rr.top_n);
+        let _ = writeln!(s, "Reranker: {}, top {}.", rr.label(), rr.top_n);
     }
     let _ = writeln!(s, "\n## Stages\n\n{table}");
-    if stages.len() == 2 {
+    for (to, stage) in stages.iter().enumerate() {
+        let Some(from) = stage.after else { continue };
         let m = Metric::Ndcg(10);
         let (a, b) = (
-            per_query_values(&evals[0], m),
-            per_query_values(&evals[1], m),
+            per_query_values(&evals[from], m),
+            per_query_values(&evals[to], m),
         );
         if let (Some(a), Some(b)) = (a, b) {
             let (mut wins, mut ties, mut losses) = (0, 0, 0);
@@ -235,9 +271,11 @@ fn markdown(
             let p = eval::stats::paired_randomization_test(&a, &b, TRIALS, SEED);
             let _ = writeln!(
                 s,
-                "## Reranker against retriever, per query (NDCG@10)\n\n\
+                "## {} against {}, per query (NDCG@10)\n\n\
                  {wins} wins, {ties} ties, {losses} losses over {} queries. \
                  Paired randomization test of the mean difference ({TRIALS} rounds, two-sided): p = {p:.4}.\n",
+                capitalised(&stage.name),
+                stages[from].name,
                 a.len()
             );
         }
@@ -261,6 +299,13 @@ fn markdown(
          `recall_at_k.svg`, `timings.json`."
     );
     s
+}
+
+fn capitalised(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
 }
 
 /// Each query's value of `metric`, in query order; `None` if not computed.

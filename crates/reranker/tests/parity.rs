@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use embedder::Precision;
-use reranker::{CrossEncoder, Error, RerankerOptions};
+use reranker::{CrossEncoder, Error, Reranker, RerankerOptions};
 use serde_json::Value;
 
 fn root() -> PathBuf {

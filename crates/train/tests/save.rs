@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use candle_core::{Device, Tensor};
-use embedder::{Embedder, EmbedderOptions, Encoder, EncoderOptions, Kind};
+use embedder::{EmbedderOptions, Encoder, EncoderOptions, Kind, LocalEmbedder};
 use reranker::{CrossEncoder, RerankerOptions};
 use serde_json::{Value, json};
 use train::loss::{binary_cross_entropy, multiple_negatives_ranking};
@@ -124,10 +124,10 @@ fn a_saved_bi_encoder_embeds_as_it_trained() {
         .unwrap()
         .to_vec2::<f32>()
         .unwrap();
-    let loaded = Embedder::from_dir(&dest, EmbedderOptions::default()).unwrap();
+    let loaded = LocalEmbedder::from_dir(&dest, EmbedderOptions::default()).unwrap();
     assert_eq!(loaded.max_length(), 64);
     let got = loaded.embed(&TEXTS, Kind::Document).unwrap();
-    let base_model = Embedder::from_dir(&base, EmbedderOptions::default()).unwrap();
+    let base_model = LocalEmbedder::from_dir(&base, EmbedderOptions::default()).unwrap();
     let before = base_model.embed(&TEXTS, Kind::Document).unwrap();
     let mut moved = 0f32;
     for (i, w) in want.iter().enumerate() {

@@ -21,7 +21,7 @@ const COLUMNS: &[&str] = &[
 ];
 
 pub(crate) fn run(args: &CompareArgs) -> Result<()> {
-    let mut rows: Vec<(String, String, Map<String, Value>)> = Vec::new();
+    let mut rows: Vec<(String, String, String, Map<String, Value>)> = Vec::new();
     for dir in &args.runs {
         let path = metrics_path(dir);
         let text = std::fs::read_to_string(&path).with_context(|| {
@@ -36,9 +36,20 @@ pub(crate) fn run(args: &CompareArgs) -> Result<()> {
         let Some(stages) = value.as_object() else {
             bail!("{}: expected an object of stages", path.display());
         };
+        // What the data was ("SkillRet" in runs from before the label).
+        let data = stages
+            .get("dataset")
+            .and_then(Value::as_str)
+            .unwrap_or("SkillRet")
+            .to_owned();
         for (stage, metrics) in stages {
             if let Some(m) = metrics.as_object().filter(|m| m.contains_key("queries")) {
-                rows.push((dir.display().to_string(), stage.clone(), m.clone()));
+                rows.push((
+                    dir.display().to_string(),
+                    data.clone(),
+                    stage.clone(),
+                    m.clone(),
+                ));
             }
         }
     }
@@ -46,24 +57,24 @@ pub(crate) fn run(args: &CompareArgs) -> Result<()> {
         Format::Json => {
             let list: Vec<Value> = rows
                 .into_iter()
-                .map(
-                    |(run, stage, m)| serde_json::json!({"run": run, "stage": stage, "metrics": m}),
-                )
+                .map(|(run, data, stage, m)| {
+                    serde_json::json!({"run": run, "dataset": data, "stage": stage, "metrics": m})
+                })
                 .collect();
             println!("{}", serde_json::to_string_pretty(&list)?);
         }
         Format::Table => {
-            let mut s = String::from("| run | stage |");
+            let mut s = String::from("| run | data | stage |");
             for c in COLUMNS {
                 let _ = write!(s, " {c} |");
             }
-            s.push_str("\n|---|---|");
+            s.push_str("\n|---|---|---|");
             for _ in COLUMNS {
                 s.push_str("---:|");
             }
             s.push('\n');
-            for (run, stage, m) in &rows {
-                let _ = write!(s, "| {run} | {stage} |");
+            for (run, data, stage, m) in &rows {
+                let _ = write!(s, "| {run} | {data} | {stage} |");
                 for c in COLUMNS {
                     match m.get(*c) {
                         Some(Value::Number(n)) if *c == "queries" => {

@@ -4,13 +4,79 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use embedder::{Backend, Embedder, EmbedderOptions, Kind, Precision};
+use embedder::{Backend, EmbedderOptions, Kind, LocalEmbedder, Precision};
 use serde::Deserialize;
 
 use crate::cli::{BackendArg, EmbedArgs, KindArg, PrecisionArg};
 
 pub(crate) fn run(args: &EmbedArgs) -> Result<()> {
     let texts = read_inputs(&args.input)?;
+    let kind = match args.kind {
+        KindArg::Query => Kind::Query,
+        KindArg::Document => Kind::Document,
+    };
+    let (vectors, dim) = match &args.config {
+        Some(config) => from_config(config, &texts, kind)?,
+        None => local(args, &texts, kind)?,
+    };
+    eval::io::write_atomically(&args.output, |out| {
+        for row in vectors.chunks_exact(dim.max(1)) {
+            serde_json::to_writer(&mut *out, row)?;
+            out.write_all(b"\n")?;
+        }
+        Ok(())
+    })
+    .with_context(|| format!("writing {}", args.output.display()))?;
+    Ok(())
+}
+
+/// The embedder of a run configuration's [embedder] (local or served).
+fn from_config(config: &Path, texts: &[String], kind: Kind) -> Result<(Vec<f32>, usize)> {
+    let settings = crate::config::Settings::load(config, &crate::config::Overrides::default())?;
+    let Some(e) = &settings.embedder else {
+        bail!("{}: has no [embedder] section", config.display());
+    };
+    let dir = crate::stages::model_dir_of(e.model.as_ref(), e.served.is_some(), "embedder")?;
+    let mut model = crate::stages::Vectors::open(e, dir.as_deref())?;
+    eprintln!(
+        "{}: {}, {} texts",
+        config.display(),
+        model.describe()?,
+        texts.len()
+    );
+    let started = Instant::now();
+    let bar = crate::progress::bar(texts.len() as u64, "embedding");
+    let (mut vectors, stats) = model.embed(texts, kind, &|done, note| {
+        bar.set_position(done as u64);
+        if !note.is_empty() {
+            bar.set_message(format!("embedding · {note}"));
+        }
+    })?;
+    bar.finish_and_clear();
+    let seconds = started.elapsed().as_secs_f64();
+    eprintln!(
+        "embedded {} texts ({} tokens) in {seconds:.2} s: {:.0} tokens/s",
+        texts.len(),
+        stats.tokens,
+        stats.tokens as f64 / seconds.max(1e-9)
+    );
+    for note in &stats.notes {
+        eprintln!("  {note}");
+    }
+    let dim = model.dim();
+    if model.normalize() {
+        for row in vectors.chunks_exact_mut(dim) {
+            embedder::normalize(row);
+        }
+    }
+    Ok((vectors, dim))
+}
+
+/// A local model given by --model and the flags.
+fn local(args: &EmbedArgs, texts: &[String], kind: Kind) -> Result<(Vec<f32>, usize)> {
+    let Some(model) = &args.model else {
+        bail!("give --model or --config");
+    };
     let mut options = EmbedderOptions::default()
         .with_batch_tokens(args.batch_tokens)
         .with_backend(backend(args.backend))
@@ -30,13 +96,9 @@ pub(crate) fn run(args: &EmbedArgs) -> Result<()> {
     if let Some(name) = &args.document_prompt_name {
         options = options.with_document_prompt_name(name);
     }
-    let dir = model_dir(&args.model, args.revision.as_deref())?;
-    let model = Embedder::from_dir(&dir, options)
+    let dir = model_dir(model, args.revision.as_deref())?;
+    let model = LocalEmbedder::from_dir(&dir, options)
         .with_context(|| format!("loading the model {}", dir.display()))?;
-    let kind = match args.kind {
-        KindArg::Query => Kind::Query,
-        KindArg::Document => Kind::Document,
-    };
     let prompt = model.prompt(kind);
     eprintln!(
         "{}: {}, {} texts, max {} tokens, {:?} pooling{}{}, on {}",
@@ -59,7 +121,7 @@ pub(crate) fn run(args: &EmbedArgs) -> Result<()> {
     );
 
     let started = Instant::now();
-    let ids = model.tokenize(&texts, kind)?;
+    let ids = model.tokenize(texts, kind)?;
     let tokens: usize = ids.iter().map(Vec::len).sum();
     let bar = crate::progress::bar(texts.len() as u64, "embedding");
     let vectors = model.embed_tokens(&ids, kind, &|done| bar.set_position(done as u64))?;
@@ -70,15 +132,7 @@ pub(crate) fn run(args: &EmbedArgs) -> Result<()> {
         texts.len(),
         tokens as f64 / seconds.max(1e-9)
     );
-    eval::io::write_atomically(&args.output, |out| {
-        for row in vectors.rows() {
-            serde_json::to_writer(&mut *out, row)?;
-            out.write_all(b"\n")?;
-        }
-        Ok(())
-    })
-    .with_context(|| format!("writing {}", args.output.display()))?;
-    Ok(())
+    Ok((vectors.as_slice().to_vec(), vectors.dim()))
 }
 
 /// The engine a command-line choice names.

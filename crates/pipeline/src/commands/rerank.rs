@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use eval::{Dataset, Run};
-use reranker::{Activation, CrossEncoder, RerankerOptions};
+use reranker::{Activation, CrossEncoder, Reranker, RerankerOptions};
 
 use crate::cli::RerankArgs;
 use crate::commands::embed::{backend, model_dir, precision};
@@ -50,11 +50,8 @@ pub(crate) fn run(args: &RerankArgs) -> Result<()> {
         .map(|q| first.get(q).map_or(0, |d| d.len().min(args.top_n)))
         .sum();
     eprintln!(
-        "{}: {}, max {} tokens, on {}; {} queries, top {} → {pairs} pairs",
-        dir.display(),
-        crate::commands::run::describe(&model),
-        model.max_length(),
-        model.device(),
+        "{}; {} queries, top {} → {pairs} pairs",
+        model.describe(),
         first.len(),
         args.top_n,
     );

@@ -9,22 +9,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use embedder::{Embedder, EmbedderOptions, Kind};
-use eval::{Dataset, Run, ScoredDoc};
+use embedder::Kind;
+use eval::{Run, ScoredDoc};
 use index::{ExactIndex, HnswIndex, MilvusIndex, MilvusIndexType, VectorIndex};
 use rayon::prelude::*;
-use reranker::{Activation, CrossEncoder, RerankerOptions};
 
-use crate::cache::{Shards, model_fingerprint};
 use crate::cli::RunArgs;
-use crate::commands::embed::model_dir;
-use crate::config::{
-    Combine, DataSource, EmbedderSettings, IndexKind, ModelRef, Overrides, RetrieverKind, Settings,
-};
+use crate::config::{Combine, IndexKind, Overrides, RetrieverKind, Settings};
 use crate::report::{self, Stage, StageTiming};
-
-/// Vectors per cache shard.
-const SHARD_SIZE: usize = 256;
+use crate::stages::{self, Vectors, load_dataset, summary};
 
 pub(crate) fn run(args: &RunArgs) -> Result<()> {
     let settings = Settings::load(
@@ -41,19 +34,38 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
     // Every model is found (downloaded where it comes from the Hub) and its
     // files checked before any work: a run fails in seconds, not after
     // hours of embedding.
-    let embedder_dir = settings
+    let embedder_dir = match &settings.embedder {
+        Some(e) => stages::model_dir_of(e.model.as_ref(), e.served.is_some(), "embedder")?,
+        None => None,
+    };
+    let reranker_dir = match &settings.reranker {
+        Some(r) => stages::model_dir_of(r.model.as_ref(), r.served.is_some(), "reranker")?,
+        None => None,
+    };
+    // A Milvus server that is down fails the run now, not after embedding.
+    if let (IndexKind::Milvus, Some(params)) =
+        (settings.retriever.index, &settings.retriever.milvus)
+    {
+        index::milvus::check_server(params)?;
+    }
+    // Served models are checked (and a local embedder's key computed) before
+    // any data is read or anything written.
+    let mut vectors = settings
         .embedder
         .as_ref()
-        .map(|e| resolve_model(&e.model, "embedder"))
+        .map(|e| Vectors::open(e, embedder_dir.as_deref()))
         .transpose()?;
-    let reranker_dir = settings
+    let reranker = settings
         .reranker
         .as_ref()
-        .map(|r| resolve_model(&r.model, "reranker"))
+        .map(|r| stages::open_reranker(r, reranker_dir.as_deref()))
         .transpose()?;
+    if let Some(r) = &reranker {
+        eprintln!("reranker: {}", r.describe());
+    }
 
     let started = Instant::now();
-    let data = load_data(&settings)?;
+    let data = load_dataset(&settings.data, &settings.split)?;
     for warning in &data.warnings {
         eprintln!("warning: {warning}");
     }
@@ -77,51 +89,44 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
     timings.push(StageTiming::new(
         "data",
         started,
-        format!("{} skills, {} queries", doc_ids.len(), queries.len()),
+        format!(
+            "{}: {} skills, {} queries",
+            data.label(),
+            doc_ids.len(),
+            queries.len()
+        ),
     ));
     summary(timings.last());
 
     let retrieved = retrieve(
         &settings,
-        embedder_dir.as_deref(),
+        vectors.as_mut(),
         &doc_ids,
         &doc_texts,
         &queries,
         &mut timings,
     )?;
-    let mut stages = vec![Stage {
+    // A hybrid retriever's parts are stages of their own, so that the
+    // report shows what each part and the fusion contribute.
+    let mut stages: Vec<Stage> = retrieved
+        .parts
+        .into_iter()
+        .map(|(name, run)| Stage {
+            name: name.to_owned(),
+            run,
+            after: None,
+        })
+        .collect();
+    let fused_after = stages.iter().position(|s| s.name == "dense");
+    stages.push(Stage {
         name: "retriever".to_owned(),
         run: retrieved.run,
-    }];
+        after: fused_after,
+    });
+    let retriever = stages.len() - 1;
 
-    if let (Some(rr), Some(dir)) = (&settings.reranker, &reranker_dir) {
+    if let (Some(rr), Some(model)) = (&settings.reranker, &reranker) {
         let started = Instant::now();
-        let options = RerankerOptions::default()
-            .with_batch_tokens(rr.batch_tokens)
-            .with_backend(rr.backend)
-            .with_precision(rr.precision)
-            .with_activation(if rr.sigmoid {
-                Activation::Sigmoid
-            } else {
-                Activation::Identity
-            });
-        let options = match rr.max_length {
-            Some(n) => options.with_max_length(n),
-            None => options,
-        };
-        let options = match &rr.instruction {
-            Some(text) => options.with_instruction(text),
-            None => options,
-        };
-        let model = CrossEncoder::from_dir(dir, options)
-            .with_context(|| format!("loading the reranker {}", dir.display()))?;
-        eprintln!(
-            "reranker: {} ({}, max {} tokens) on {}",
-            dir.display(),
-            describe(&model),
-            model.max_length(),
-            model.device()
-        );
         let texts: HashMap<String, String> = queries
             .iter()
             .map(|q| (q.id.clone(), q.text.clone()))
@@ -131,7 +136,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
             .zip(&doc_texts)
             .map(|(id, t)| (&**id, t.as_str()))
             .collect();
-        let first = &stages[0].run;
+        let first = &stages[retriever].run;
         let pairs: usize = first
             .query_ids()
             .iter()
@@ -166,16 +171,21 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
                 }
             ),
         ));
+        if let Some(t) = timings.last_mut() {
+            t.notes = model.notes();
+        }
         summary(timings.last());
         stages.push(Stage {
             name: "reranker".to_owned(),
             run: reranked,
+            after: Some(retriever),
         });
     }
 
     let started = Instant::now();
     let outputs = report::write(
         &settings,
+        data.label(),
         &data.qrels,
         &data.skills,
         &stages,
@@ -194,59 +204,17 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// What a reranker is, in words.
-pub(crate) fn describe(model: &CrossEncoder) -> String {
-    match model.kind() {
-        reranker::RerankerKind::YesNo => "yes/no decoder, P(yes)".to_owned(),
-        _ => format!("cross-encoder, {} labels", model.labels()),
-    }
-}
-
-pub(crate) fn summary(timing: Option<&StageTiming>) {
-    if let Some(t) = timing {
-        eprintln!("{:<14} {:>8.2} s  {}", t.stage, t.seconds, t.detail);
-    }
-}
-
-fn load_data(settings: &Settings) -> Result<Dataset> {
-    load_dataset(&settings.data, &settings.split)
-}
-
-/// A split from a local directory or a pinned Hub revision.
-pub(crate) fn load_dataset(data: &DataSource, split: &str) -> Result<Dataset> {
-    match data {
-        DataSource::Dir(dir) => Dataset::load(dir, split)
-            .with_context(|| format!("loading SkillRet data from {}", dir.display())),
-        DataSource::Hub(revision) => {
-            let revision = eval::hub::Revision::find(revision)?;
-            let files =
-                eval::hub::fetch_split(revision, split, &eval::hub::HubOptions::from_env())?;
-            Ok(Dataset::from_files(&files)?)
-        }
-    }
-}
-
-/// The directory of a configured model (from the Hub where it is an id),
-/// with its files and architecture checked.
-pub(crate) fn resolve_model(model: &ModelRef, section: &str) -> Result<PathBuf> {
-    let dir = model_dir(&model.model, model.revision.as_deref())
-        .with_context(|| format!("[{section}] model {:?}", model.model))?;
-    let files = embedder::ModelFiles::in_dir(&dir)
-        .with_context(|| format!("[{section}] model {}", dir.display()))?;
-    embedder::ModelConfig::read(&files.config)
-        .with_context(|| format!("[{section}] model {}", dir.display()))?;
-    Ok(dir)
-}
-
-/// The first stage's run, and HNSW's recall against exact search.
+/// The first stage's run, a hybrid's parts (each cut to the top N), and
+/// the index's recall against exact search.
 struct Retrieved {
     run: Run,
+    parts: Vec<(&'static str, Run)>,
     index_recall: Option<report::IndexRecall>,
 }
 
 fn retrieve(
     settings: &Settings,
-    embedder_dir: Option<&Path>,
+    vectors: Option<&mut Vectors>,
     doc_ids: &[Arc<str>],
     doc_texts: &[String],
     queries: &[&eval::Query],
@@ -261,11 +229,11 @@ fn retrieve(
             } else {
                 r.top_n
             };
-            let (Some(embedder), Some(dir)) = (settings.embedder.as_ref(), embedder_dir) else {
+            let Some(vectors) = vectors else {
                 bail!("a dense retriever needs an embedder");
             };
             Some(dense(
-                settings, embedder, dir, doc_ids, doc_texts, queries, depth, timings,
+                settings, vectors, doc_ids, doc_texts, queries, depth, timings,
             )?)
         }
     };
@@ -302,6 +270,19 @@ fn retrieve(
     };
     let mut run = Run::default();
     let index_recall = dense.as_ref().and_then(|d| d.index_recall.clone());
+    let mut parts = Vec::new();
+    if let (Some(d), Some(sp)) = (&dense, &sparse) {
+        for (name, lists) in [("dense", &d.lists), ("bm25", sp)] {
+            let mut part = Run::default();
+            for (q, docs) in queries.iter().zip(lists) {
+                let mut docs = docs.clone();
+                eval::sort_trec(&mut docs);
+                docs.truncate(r.top_n);
+                part.insert(q.id.clone(), docs);
+            }
+            parts.push((name, part));
+        }
+    }
     for (i, q) in queries.iter().enumerate() {
         let docs = match (&dense, &sparse) {
             (Some(d), None) => d.lists[i].clone(),
@@ -316,7 +297,11 @@ fn retrieve(
         docs.truncate(r.top_n);
         run.insert(q.id.clone(), docs);
     }
-    Ok(Retrieved { run, index_recall })
+    Ok(Retrieved {
+        run,
+        parts,
+        index_recall,
+    })
 }
 
 struct Dense {
@@ -325,111 +310,37 @@ struct Dense {
 }
 
 /// Embeds (or reads from the cache) corpus and queries, indexes, searches.
-#[allow(clippy::too_many_arguments)]
 fn dense(
     settings: &Settings,
-    e: &EmbedderSettings,
-    dir: &Path,
+    vectors: &mut Vectors,
     doc_ids: &[Arc<str>],
     doc_texts: &[String],
     queries: &[&eval::Query],
     depth: usize,
     timings: &mut Vec<StageTiming>,
 ) -> Result<Dense> {
-    // A Milvus server that is down fails the run now, not after embedding.
-    if let (IndexKind::Milvus, Some(params)) =
-        (settings.retriever.index, &settings.retriever.milvus)
-    {
-        index::milvus::check_server(params)?;
-    }
-    // Pooled vectors are cached raw; normalisation follows the model's
-    // Normalize module unless the configuration says otherwise.
-    let normalize = e
-        .normalize
-        .or(embedder::SentenceTransformersConfig::read(dir)?.normalize)
-        .unwrap_or(true);
-    let mut options = EmbedderOptions::default()
-        .with_normalize(false)
-        .with_batch_tokens(e.batch_tokens)
-        .with_backend(e.backend)
-        .with_precision(e.precision);
-    if let Some(p) = &e.query_prompt {
-        options = options.with_query_prompt(p);
-    }
-    if let Some(p) = &e.document_prompt {
-        options = options.with_document_prompt(p);
-    }
-    if let Some(name) = &e.query_prompt_name {
-        options = options.with_query_prompt_name(name);
-    }
-    if let Some(name) = &e.document_prompt_name {
-        options = options.with_document_prompt_name(name);
-    }
-    if let Some(n) = e.max_length {
-        options = options.with_max_length(n);
-    }
-    if let Some(p) = e.pooling {
-        options = options.with_pooling(p);
-    }
-    // The prompts as the model will apply them (its own, or the config's),
-    // known before it loads: they are part of the vectors' cache key.
-    let prompts = options
-        .prompts(dir)
-        .with_context(|| format!("[embedder] prompts of {}", dir.display()))?;
-    let fingerprint = model_fingerprint(dir)?;
-    let dim = embedder::ModelConfig::read(&dir.join("config.json"))?.hidden_size();
-    let vector_settings = format!(
-        "model={fingerprint} revision={:?} max_length={:?} pooling={:?} precision={:?} backend={:?}",
-        e.model.revision,
-        e.max_length,
-        e.pooling,
-        e.precision.on_this_cpu(),
-        e.backend
-    );
-    // The model loads only if some vectors are not cached.
-    let mut model: Option<Embedder> = None;
-    let mut load = || -> Result<Embedder> {
-        let m = Embedder::from_dir(dir, options.clone())
-            .with_context(|| format!("loading the model {}", dir.display()))?;
-        eprintln!(
-            "embedder: {} ({}, max {} tokens, {:?} pooling) on {}",
-            dir.display(),
-            m.config().family(),
-            m.max_length(),
-            m.pooling(),
-            m.device()
-        );
-        Ok(m)
-    };
-
+    let dim = vectors.dim();
+    let normalize = vectors.normalize();
     let ids: Vec<&str> = doc_ids.iter().map(|s| &**s).collect();
-    let mut docs = embed_cached(
+    let doc_key = vectors.key(Kind::Document);
+    let mut docs = vectors.embed_cached(
         &settings.cache,
-        &mut model,
-        &mut load,
         "documents",
-        &format!(
-            "{vector_settings} prompt={:?} kind=document",
-            prompts.document
-        ),
+        &doc_key,
         &ids,
         doc_texts,
         Kind::Document,
-        dim,
         timings,
     )?;
     let q_ids: Vec<&str> = queries.iter().map(|q| q.id.as_str()).collect();
     let q_texts: Vec<String> = queries.iter().map(|q| q.text.clone()).collect();
-    let mut query_vectors = embed_cached(
+    let mut query_vectors = vectors.embed_cached(
         &settings.cache,
-        &mut model,
-        &mut load,
         "queries",
-        &format!("{vector_settings} prompt={:?} kind=query", prompts.query),
+        &vectors.key(Kind::Query),
         &q_ids,
         &q_texts,
         Kind::Query,
-        dim,
         timings,
     )?;
 
@@ -463,10 +374,7 @@ fn dense(
             let params = settings.retriever.hnsw;
             // The documents' vectors key, plus what else shapes the graph.
             let key = crate::cache::content_key(
-                &format!(
-                    "{vector_settings} prompt={:?} kind=document normalize={normalize} hnsw={params:?}",
-                    prompts.document
-                ),
+                &format!("{doc_key} normalize={normalize} hnsw={params:?}"),
                 &ids,
                 doc_texts,
             );
@@ -520,10 +428,7 @@ fn dense(
             // The vectors' key: a collection never holds another model's,
             // text recipe's or corpus's vectors.
             let key = crate::cache::content_key(
-                &format!(
-                    "{vector_settings} prompt={:?} kind=document normalize={normalize}",
-                    prompts.document
-                ),
+                &format!("{doc_key} normalize={normalize}"),
                 &ids,
                 doc_texts,
             );
@@ -603,82 +508,6 @@ fn index_recall(
         at_n: index::hnsw::recall_at_k(lists, truth, depth),
         n: depth,
     }
-}
-
-/// Vectors of `texts` from the cache, embedding (and storing) missing shards.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn embed_cached(
-    cache: &Path,
-    model: &mut Option<Embedder>,
-    load: &mut dyn FnMut() -> Result<Embedder>,
-    what: &str,
-    key: &str,
-    ids: &[&str],
-    texts: &[String],
-    kind: Kind,
-    dim: usize,
-    timings: &mut Vec<StageTiming>,
-) -> Result<Vec<f32>> {
-    let started = Instant::now();
-    let shards = Shards::new(cache, what, key, ids, texts, dim, SHARD_SIZE);
-    let mut out = vec![0.0f32; texts.len() * dim];
-    let mut missing = Vec::new();
-    for i in 0..shards.count() {
-        match shards.load(i)? {
-            Some(v) => {
-                let range = shards.range(i);
-                out[range.start * dim..range.end * dim].copy_from_slice(&v);
-            }
-            None => missing.push(i),
-        }
-    }
-    let cached = shards.count() - missing.len();
-    let mut tokens = 0usize;
-    if !missing.is_empty() {
-        if model.is_none() {
-            *model = Some(load()?);
-        }
-        let m = model.as_ref().context("the model is loaded")?;
-        if m.dim() != dim {
-            bail!(
-                "the model gives vectors of {} values, its config.json says {dim}",
-                m.dim()
-            );
-        }
-        let todo: usize = missing.iter().map(|&i| shards.range(i).len()).sum();
-        let bar = crate::progress::bar(todo as u64, &format!("embed {what}"));
-        let mut done = 0usize;
-        for &i in &missing {
-            let range = shards.range(i);
-            let ids = m.tokenize(&texts[range.clone()], kind)?;
-            tokens += ids.iter().map(Vec::len).sum::<usize>();
-            let base = done;
-            let vectors = m.embed_tokens(&ids, kind, &|n| bar.set_position((base + n) as u64))?;
-            shards.store(i, vectors.as_slice())?;
-            out[range.start * dim..range.end * dim].copy_from_slice(vectors.as_slice());
-            done += range.len();
-        }
-        bar.finish_and_clear();
-    }
-    let seconds = started.elapsed().as_secs_f64().max(1e-9);
-    let detail = if missing.is_empty() {
-        format!(
-            "{} {what}: all {} shards from the cache",
-            texts.len(),
-            shards.count()
-        )
-    } else {
-        format!(
-            "{} {what}: {cached} of {} shards from the cache, {} embedded ({tokens} tokens, {:.0} tokens/s)",
-            texts.len(),
-            shards.count(),
-            missing.len(),
-            tokens as f64 / seconds
-        )
-    };
-    timings.push(StageTiming::new(&format!("embed {what}"), started, detail));
-    summary(timings.last());
-    Ok(out)
 }
 
 /// Paths of a finished run's outputs (for `compare`).

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use candle_core::Device;
-use embedder::{Embedder, EmbedderOptions, Encoder, EncoderOptions, Kind, Tokens};
+use embedder::{EmbedderOptions, Encoder, EncoderOptions, Kind, Tokens};
 use eval::Skill;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -23,9 +23,9 @@ use train::{Bert, Head, LoadOptions};
 
 use crate::cache::{hex, model_fingerprint};
 use crate::cli::TrainArgs;
-use crate::commands::run::{embed_cached, load_dataset, resolve_model, summary};
 use crate::config::DataSource;
 use crate::report::StageTiming;
+use crate::stages::{Vectors, load_dataset, resolve_model, summary};
 use crate::train_config::{Objective, Source, TrainSettings};
 
 /// What `training.json` in a trained model's directory records.
@@ -265,7 +265,7 @@ fn load(settings: &TrainSettings) -> Result<Loaded> {
 #[allow(clippy::too_many_arguments)]
 fn vectors(
     settings: &TrainSettings,
-    model: &mut Option<Embedder>,
+    model: &mut Option<Vectors>,
     dir: &Path,
     what: &str,
     ids: &[&str],
@@ -273,28 +273,18 @@ fn vectors(
     kind: Kind,
     timings: &mut Vec<StageTiming>,
 ) -> Result<Vec<f32>> {
-    let fingerprint = model_fingerprint(dir)?;
-    let dim = embedder::ModelConfig::read(&dir.join("config.json"))?.hidden_size();
     let key = format!(
-        "model={fingerprint} revision={:?} max_length=None pooling=None precision=F32 backend=Native prompt=None kind={kind:?} miner",
+        "model={} revision={:?} max_length=None pooling=None precision=F32 backend=Native prompt=None kind={kind:?} miner",
+        model_fingerprint(dir)?,
         settings.miner.revision
     );
-    let mut load = || -> Result<Embedder> {
+    if model.is_none() {
         let options = EmbedderOptions::default().with_normalize(false);
-        Embedder::from_dir(dir, options).with_context(|| format!("loading {}", dir.display()))
-    };
-    let mut v = embed_cached(
-        &settings.cache,
-        model,
-        &mut load,
-        what,
-        &key,
-        ids,
-        texts,
-        kind,
-        dim,
-        timings,
-    )?;
+        *model = Some(Vectors::local(dir, options, String::new(), true)?);
+    }
+    let model = model.as_mut().context("the miner is set up")?;
+    let dim = model.dim();
+    let mut v = model.embed_cached(&settings.cache, what, &key, ids, texts, kind, timings)?;
     for row in v.chunks_exact_mut(dim) {
         embedder::normalize(row);
     }

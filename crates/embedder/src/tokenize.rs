@@ -1,0 +1,377 @@
+//! A model's tokenizer with its truncation rules, without the weights: what
+//! the [`Encoder`](crate::Encoder) feeds its model, and what a client of a
+//! served model sends so that the server sees exactly that input.
+//!
+//! Besides token ids it can cut the *text* where the truncated input ends
+//! ([`Tokenization::cut_text`], [`Tokenization::cut_pair`]), for servers
+//! that take text only, and says whether the cut text tokenises back to the
+//! same ids.
+
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use tokenizers::{
+    EncodeInput, Encoding, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy,
+};
+
+use crate::error::{Error, Result};
+use crate::models::{ModelConfig, Tokens};
+
+/// The tokenizer of a model directory, truncating as the model's inputs are.
+#[derive(Clone)]
+pub struct Tokenization {
+    tokenizer: Tokenizer,
+    /// The same tokenizer without truncation.
+    untruncated: Tokenizer,
+    config: ModelConfig,
+    path: PathBuf,
+    max_length: usize,
+}
+
+impl std::fmt::Debug for Tokenization {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenization")
+            .field("path", &self.path)
+            .field("max_length", &self.max_length)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A text cut where its truncated tokens end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cut {
+    /// The text up to the end of its last kept token (all of it when
+    /// nothing was cut).
+    pub text: String,
+    /// Whether tokenising `text` again gives exactly the kept tokens (false
+    /// in rare cases where a word cut in the middle tokenises otherwise).
+    pub exact: bool,
+}
+
+impl Tokenization {
+    /// The tokenizer of `dir` (`config.json` and `tokenizer.json`; no
+    /// weights needed). `max_length` as the options give it, else
+    /// `default_max_length` capped at the model's positions, else the
+    /// positions.
+    pub fn from_dir(
+        dir: &Path,
+        max_length: Option<usize>,
+        default_max_length: Option<usize>,
+    ) -> Result<Self> {
+        let config_path = dir.join("config.json");
+        let path = dir.join("tokenizer.json");
+        for (file, what) in [
+            (&config_path, "the model's config.json"),
+            (&path, "the model's tokenizer.json"),
+        ] {
+            if !file.is_file() {
+                return Err(Error::MissingFile {
+                    path: file.clone(),
+                    what,
+                });
+            }
+        }
+        let config = ModelConfig::read(&config_path)?;
+        Self::new(&path, config, max_length, default_max_length)
+    }
+
+    /// As [`Tokenization::from_dir`], with the architecture already read.
+    pub(crate) fn new(
+        path: &Path,
+        config: ModelConfig,
+        max_length: Option<usize>,
+        default_max_length: Option<usize>,
+    ) -> Result<Self> {
+        let model_max = config.max_input_length();
+        // An explicit length beyond the positions is an error; a default one
+        // (a tokenizer's model_max_length, say) is capped, as
+        // sentence-transformers caps it.
+        let max_length = match (max_length, default_max_length) {
+            (Some(n), _) if n > model_max => {
+                return Err(Error::Invalid(format!(
+                    "max length {n} exceeds the model's {model_max} positions"
+                )));
+            }
+            (Some(0), _) | (None, Some(0)) => {
+                return Err(Error::Invalid("max length must be positive".to_owned()));
+            }
+            (Some(n), _) => n,
+            (None, Some(n)) => n.min(model_max),
+            (None, None) => model_max,
+        };
+        let mut tokenizer =
+            Tokenizer::from_file(path).map_err(|e| Error::format(path, e.to_string()))?;
+        let size = tokenizer.get_vocab_size(true);
+        if size > config.vocab_size() {
+            return Err(Error::TokenizerMismatch {
+                path: path.to_path_buf(),
+                message: format!(
+                    "it has {size} tokens but the model's vocab_size is {} (is this the tokenizer of another model?)",
+                    config.vocab_size()
+                ),
+            });
+        }
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length,
+                strategy: TruncationStrategy::LongestFirst,
+                stride: 0,
+                direction: TruncationDirection::Right,
+            }))
+            .map_err(|e| Error::format(path, e.to_string()))?;
+        tokenizer.with_padding(None);
+        let mut untruncated = tokenizer.clone();
+        untruncated
+            .with_truncation(None)
+            .map_err(|e| Error::format(path, e.to_string()))?;
+        Ok(Self {
+            tokenizer,
+            untruncated,
+            config,
+            path: path.to_path_buf(),
+            max_length,
+        })
+    }
+
+    /// The architecture the ids are checked against.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The truncation length in tokens.
+    pub fn max_length(&self) -> usize {
+        self.max_length
+    }
+
+    /// `tokenizer.json`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Tokenises single texts (specials added, truncated).
+    pub fn tokenize<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Result<Vec<Tokens>> {
+        texts
+            .par_iter()
+            .map(|text| self.encode(text.as_ref().into()))
+            .collect()
+    }
+
+    /// Token ids of `text` as it is, without the tokenizer's special tokens
+    /// and without truncation (special tokens written in the text, such as
+    /// `<|im_start|>`, are recognised).
+    pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
+        let encoding = self.untruncated.encode(text, false).map_err(failed)?;
+        Ok(self.checked(&encoding)?.ids)
+    }
+
+    /// The id of the token spelled `token` in the vocabulary, if any.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.untruncated.token_to_id(token)
+    }
+
+    /// Special tokens the tokenizer adds to a single text.
+    fn added_single(&self) -> usize {
+        self.untruncated
+            .get_post_processor()
+            .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false))
+    }
+
+    /// Tokenises single texts with the tokenizer's special tokens, each cut
+    /// (on the right, specials kept) to at most `limit` tokens, as
+    /// transformers' `tokenizer(text, truncation=True, max_length=limit)`.
+    pub fn tokenize_limited<S: AsRef<str> + Sync>(
+        &self,
+        texts: &[S],
+        limit: usize,
+    ) -> Result<Vec<Tokens>> {
+        let added = self.added_single();
+        if limit <= added {
+            return Err(Error::Invalid(format!(
+                "a limit of {limit} tokens leaves no room beside the {added} special tokens"
+            )));
+        }
+        texts
+            .par_iter()
+            .map(|text| {
+                let mut encoding = self
+                    .untruncated
+                    .encode(text.as_ref(), false)
+                    .map_err(failed)?;
+                encoding.truncate(limit - added, 0, TruncationDirection::Right);
+                let encoding = self
+                    .untruncated
+                    .post_process(encoding, None, true)
+                    .map_err(failed)?;
+                self.checked(&encoding)
+            })
+            .collect()
+    }
+
+    /// Tokenises text pairs as one input each (`[CLS] a [SEP] b [SEP]` or the
+    /// model's own template), truncating the longer text first, as
+    /// transformers does for `truncation="longest_first"`.
+    ///
+    /// Each text is tokenised whole before the pair is truncated: the
+    /// tokenizers crate 0.23.2 cuts each text to the maximum length first
+    /// (an early exit), which turns "longer text first" into a tie whenever
+    /// both texts are long, and gives the odd token to the other text than
+    /// transformers (Python tokenizers 0.23.3) does.
+    pub fn tokenize_pairs<A, B>(&self, pairs: &[(A, B)]) -> Result<Vec<Tokens>>
+    where
+        A: AsRef<str> + Sync,
+        B: AsRef<str> + Sync,
+    {
+        pairs
+            .par_iter()
+            .map(|(a, b)| {
+                let first = self.untruncated.encode(a.as_ref(), false).map_err(failed)?;
+                let second = self.untruncated.encode(b.as_ref(), false).map_err(failed)?;
+                let pair = self
+                    .tokenizer
+                    .post_process(first, Some(second), true)
+                    .map_err(failed)?;
+                self.checked(&pair)
+            })
+            .collect()
+    }
+
+    /// Each text cut where its input ends after truncation to `limit`
+    /// tokens (specials counted, as [`Tokenization::tokenize_limited`]): what
+    /// a server that tokenises for itself must receive to see the same
+    /// tokens.
+    pub fn cut_text<S: AsRef<str> + Sync>(&self, texts: &[S], limit: usize) -> Result<Vec<Cut>> {
+        let added = self.added_single();
+        if limit <= added {
+            return Err(Error::Invalid(format!(
+                "a limit of {limit} tokens leaves no room beside the {added} special tokens"
+            )));
+        }
+        texts
+            .par_iter()
+            .map(|text| {
+                let text = text.as_ref();
+                let whole = self.untruncated.encode(text, false).map_err(failed)?;
+                self.cut(text, &whole, limit - added)
+            })
+            .collect()
+    }
+
+    /// Each pair's texts cut where their tokens end after longest-first
+    /// truncation (as [`Tokenization::tokenize_pairs`]).
+    pub fn cut_pair<A, B>(&self, pairs: &[(A, B)]) -> Result<Vec<(Cut, Cut)>>
+    where
+        A: AsRef<str> + Sync,
+        B: AsRef<str> + Sync,
+    {
+        pairs
+            .par_iter()
+            .map(|(a, b)| {
+                let (a, b) = (a.as_ref(), b.as_ref());
+                let first = self.untruncated.encode(a, false).map_err(failed)?;
+                let second = self.untruncated.encode(b, false).map_err(failed)?;
+                // The truncation `post_process` applies to a pair (longest
+                // first, within what the special tokens leave).
+                let added = self
+                    .untruncated
+                    .get_post_processor()
+                    .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, true));
+                let params = TruncationParams {
+                    max_length: self.max_length.saturating_sub(added),
+                    strategy: TruncationStrategy::LongestFirst,
+                    stride: 0,
+                    direction: TruncationDirection::Right,
+                };
+                let (kept_a, kept_b) = tokenizers::utils::truncation::truncate_encodings(
+                    first.clone(),
+                    Some(second.clone()),
+                    &params,
+                )
+                .map_err(failed)?;
+                let kept_b = kept_b.map_or(0, |e| e.len());
+                Ok((
+                    self.cut(a, &first, kept_a.len())?,
+                    self.cut(b, &second, kept_b)?,
+                ))
+            })
+            .collect()
+    }
+
+    /// `text` up to the end of its `keep`-th token (of `whole`, its
+    /// untruncated encoding without specials), checked by tokenising the cut
+    /// text again.
+    fn cut(&self, text: &str, whole: &Encoding, keep: usize) -> Result<Cut> {
+        let ids = whole.get_ids();
+        if keep >= ids.len() {
+            return Ok(Cut {
+                text: text.to_owned(),
+                exact: true,
+            });
+        }
+        let mut end = whole.get_offsets()[..keep]
+            .iter()
+            .map(|&(_, end)| end)
+            .max()
+            .unwrap_or(0)
+            .min(text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        let cut = &text[..end];
+        let again = self.untruncated.encode(cut, false).map_err(failed)?;
+        Ok(Cut {
+            exact: again.get_ids() == &ids[..keep],
+            text: cut.to_owned(),
+        })
+    }
+
+    /// Whether the tokenizer appends a special token to a single text (BERT's
+    /// `[SEP]`, Qwen3-Embedding's `<|endoftext|>`).
+    pub fn appends_special(&self) -> bool {
+        let plain = self.untruncated.encode("a", false);
+        let full = self.untruncated.encode("a", true);
+        match (plain, full) {
+            (Ok(plain), Ok(full)) => {
+                let (plain, full) = (plain.get_ids(), full.get_ids());
+                full.len() > plain.len() && !full.ends_with(plain)
+            }
+            _ => false,
+        }
+    }
+
+    fn encode(&self, input: EncodeInput<'_>) -> Result<Tokens> {
+        let encoding = self.tokenizer.encode(input, true).map_err(failed)?;
+        self.checked(&encoding)
+    }
+
+    /// The ids and types of an encoding, checked against the model's tables.
+    fn checked(&self, encoding: &Encoding) -> Result<Tokens> {
+        let ids = encoding.get_ids().to_vec();
+        let mismatch = |message: String| Error::TokenizerMismatch {
+            path: self.path.clone(),
+            message,
+        };
+        let vocab = self.config.vocab_size();
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(mismatch(format!(
+                "token id {bad} is outside the model's vocabulary of {vocab}"
+            )));
+        }
+        let types = encoding.get_type_ids().to_vec();
+        let type_vocab = self.config.type_vocab_size();
+        if let Some(&bad) = types.iter().find(|&&t| t as usize >= type_vocab) {
+            return Err(mismatch(format!(
+                "token type {bad} is beyond the model's {type_vocab} token types"
+            )));
+        }
+        let types = if types.iter().all(|&t| t == 0) {
+            Vec::new()
+        } else {
+            types
+        };
+        Ok(Tokens { ids, types })
+    }
+}
+
+fn failed(e: impl std::fmt::Display) -> Error {
+    Error::Inference(format!("tokenizing: {e}"))
+}

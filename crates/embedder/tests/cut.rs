@@ -1,0 +1,93 @@
+//! Text cut where the truncated tokens end (what a client of a server that
+//! tokenises for itself sends): tokenising the cut text again gives exactly
+//! the tokens the native engine embeds, for single texts and for pairs
+//! truncated longest-first, with the real WordPiece and Qwen3 tokenizers.
+#![allow(clippy::unwrap_used)] // Test helpers fail loudly.
+
+mod common;
+
+use embedder::Tokenization;
+
+fn words(n: usize, seed: usize) -> String {
+    const WORDS: [&str; 12] = [
+        "deploy",
+        "kubernetes",
+        "embeddings",
+        "naïve",
+        "résumé",
+        "データ",
+        "🚀",
+        "pipeline",
+        "un-tokenisable",
+        "x86_64",
+        "`git rebase -i`",
+        "Übermaß",
+    ];
+    (0..n)
+        .map(|i| WORDS[(i * 7 + seed) % WORDS.len()])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn check(t: &Tokenization, what: &str) {
+    let limit = t.max_length();
+    // Single texts: shorter than, at, and far beyond the limit.
+    let texts: Vec<String> = [10, limit / 2, limit, 3 * limit]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| words(n, i))
+        .collect();
+    let cuts = t.cut_text(&texts, limit).unwrap();
+    for ((text, cut), i) in texts.iter().zip(&cuts).zip(0..) {
+        assert!(cut.exact, "{what} text {i}");
+        assert!(text.starts_with(&cut.text));
+        assert_eq!(
+            t.tokenize(&[cut.text.as_str()]).unwrap(),
+            t.tokenize_limited(&[text.as_str()], limit).unwrap(),
+            "{what} text {i}"
+        );
+    }
+    // Pairs: the first, the second, or both cut (longest first).
+    let pairs = [
+        (words(3 * limit, 1), words(20, 2)),
+        (words(20, 3), words(3 * limit, 4)),
+        (words(2 * limit, 5), words(2 * limit + 7, 6)),
+        (words(4, 7), words(6, 8)),
+    ];
+    let cuts = t.cut_pair(&pairs).unwrap();
+    for (i, ((a, b), (ca, cb))) in pairs.iter().zip(&cuts).enumerate() {
+        assert!(ca.exact && cb.exact, "{what} pair {i}");
+        assert!(a.starts_with(&ca.text) && b.starts_with(&cb.text));
+        assert_eq!(
+            t.tokenize_pairs(&[(ca.text.as_str(), cb.text.as_str())])
+                .unwrap(),
+            t.tokenize_pairs(&[(a.as_str(), b.as_str())]).unwrap(),
+            "{what} pair {i}"
+        );
+    }
+    // Both sides of the third pair were cut, the short pair not at all.
+    assert!(cuts[2].0.text.len() < pairs[2].0.len() && cuts[2].1.text.len() < pairs[2].1.len());
+    assert_eq!(
+        (&cuts[3].0.text, &cuts[3].1.text),
+        (&pairs[3].0, &pairs[3].1)
+    );
+}
+
+#[test]
+fn cut_texts_tokenise_back_to_the_native_tokens() {
+    if let Some(dir) = common::model("all-MiniLM-L6-v2", "scripts/fetch-models.sh") {
+        check(
+            &Tokenization::from_dir(&dir, Some(128), None).unwrap(),
+            "WordPiece",
+        );
+    }
+    if let Some(dir) = common::model(
+        "test-qwen3-embedding",
+        "scripts/fetch-models.sh && python3 scripts/make_qwen3_models.py",
+    ) {
+        check(
+            &Tokenization::from_dir(&dir, Some(96), None).unwrap(),
+            "Qwen3 BPE",
+        );
+    }
+}
