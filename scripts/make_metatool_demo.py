@@ -124,6 +124,26 @@ def main() -> None:
         encoding="utf-8",
     )
     shutil.copyfile(args.source / "LICENSE", out / "LICENSE")
+    (out / "README.md").write_text(
+        f"""# metatool: MetaTool's tool-selection requests in the SkillRet layout (NOT SkillRet)
+
+The project's small real demo set (`configs/metatool.toml`, the main job). Source: the MetaTool
+benchmark (Huang et al., ICLR 2024; github.com/HowieHwong/MetaTool at commit 35e81bb), MIT
+licence (`LICENSE`, copied from the source). Converted by `scripts/make_metatool_demo.py`
+(deterministic; rerun it on `../shared/metatool` to check these bytes).
+
+- `skills/test.jsonl`: its {len(skills)} described tools (name, the one-line description of
+  `plugin_des.json`, the longer one of `big_tool_des.json` as `skill_md` where there is one).
+- `queries/test.jsonl`: {len(single)} single-tool requests (the first {PER_TOOL} per tool in a
+  shuffle seeded {SEED}) and its {len(multi)} two-tool requests; `qrels/test.jsonl` their
+  {len(qrels)} judgements.
+- `dataset.json`: the name every output of `pipeline run` labels the data with.
+
+Requests are short and tools are one line, unlike SkillRet's long scenarios and SKILL.md
+documents: figures on this set do not compare with the SkillRet paper's.
+""",
+        encoding="utf-8",
+    )
     print(f"{out}: {len(skills)} tools, {len(single)} single-tool + {len(multi)} two-tool requests, {len(qrels)} judgements")
 
 

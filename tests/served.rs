@@ -183,6 +183,7 @@ fn remote_embedder(
         batch_size: 16,
         dimensions: None,
         input: Some(input),
+        max_chars: None,
     })
     .unwrap()
 }
@@ -445,6 +446,7 @@ fn what_a_user_sees_when_vllm_refuses() {
         batch_size: 8,
         dimensions: None,
         input: None,
+        max_chars: None,
     })
     .unwrap();
     let long = vec!["skills ".repeat(400)];
@@ -458,4 +460,308 @@ fn what_a_user_sees_when_vllm_refuses() {
         err.contains("set `model` to the local model directory"),
         "{err}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// `pipeline run` against the fault-injecting server (no vLLM needed): bad
+// configurations, replicas going down, the resume from the cache, the probe
+// check and the key kept out of every output.
+
+#[path = "../crates/embedder/tests/support/fake_server.rs"]
+mod fake_server;
+
+use fake_server::{Behaviour, FakeServer};
+
+/// A served-embedder configuration over `endpoints` on the MetaTool set,
+/// with its cache in `tmp`; `extra` goes into [embedder].
+fn fake_config(tmp: &Path, name: &str, endpoints: &[String], extra: &str) -> PathBuf {
+    let list: Vec<String> = endpoints.iter().map(|e| format!("{e:?}")).collect();
+    let text = format!(
+        "# a test configuration\n[data]\ndir = {:?}\n\n[embedder]\nbackend = \"openai\"\nserved_model = \"fake-model\"\nendpoints = [{}]\nmax_in_flight = 2\nbatch_size = 8\ntimeout_s = 5\nretries = 2\n{extra}\n[retriever]\nkind = \"dense\"\n\n[output]\ncache = {:?}\n",
+        root().join("tests/fixtures/metatool").display().to_string(),
+        list.join(", "),
+        tmp.join("cache").display().to_string()
+    );
+    let path = tmp.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn run_config(config: &Path, out: &Path) -> std::process::Output {
+    pipeline(&["run", "--config", path(config), "--out", path(out)])
+}
+
+fn metrics(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("metrics.json")).unwrap()).unwrap()
+}
+
+/// Every file under `dir`, read.
+fn all_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(all_bytes(&p));
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn bad_served_configurations_name_the_file_line_and_key_and_write_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = FakeServer::start(Behaviour {
+        served: vec!["model-a".to_owned(), "model-b".to_owned()],
+        ..Behaviour::default()
+    });
+    let good = fake_config(tmp.path(), "good", &[server.url()], "");
+    let base = std::fs::read_to_string(&good).unwrap();
+    let line_of =
+        |text: &str, start: &str| text.lines().position(|l| l.starts_with(start)).unwrap() + 1;
+    let cases: Vec<(&str, String, String)> = vec![
+        (
+            "no-endpoints",
+            base.replace(&format!("endpoints = [{:?}]\n", server.url()), ""),
+            "[embedder] backend = \"openai\" needs `endpoints`".to_owned(),
+        ),
+        (
+            "not-a-url",
+            base.replace(&format!("{:?}", server.url()), "\"127.0.0.1:8011\""),
+            "[embedder] endpoints[0]: \"127.0.0.1:8011\" is not a URL".to_owned(),
+        ),
+        (
+            "unset-key",
+            base.replace(
+                "retries = 2\n",
+                "retries = 2\napi_key_env = \"SKILLRET_TEST_UNSET_KEY\"\n",
+            ),
+            "[embedder] api_key_env names $SKILLRET_TEST_UNSET_KEY, which is not set".to_owned(),
+        ),
+        (
+            "not-served",
+            base.clone(),
+            format!(
+                "[embedder] served_model \"fake-model\" is not served at {}, which serves: model-a, model-b",
+                server.url()
+            ),
+        ),
+    ];
+    for (name, text, needle) in cases {
+        let config = tmp.path().join(format!("{name}.toml"));
+        std::fs::write(&config, &text).unwrap();
+        let out_dir = tmp.path().join(format!("out-{name}"));
+        let out = run_config(&config, &out_dir);
+        let stderr = text_of(&out);
+        assert!(!out.status.success(), "{name}: {stderr}");
+        assert!(
+            stderr.contains(&needle),
+            "{name}: {needle:?} not in {stderr}"
+        );
+        let line = match name {
+            "no-endpoints" => line_of(&text, "[embedder]"),
+            "not-a-url" => line_of(&text, "endpoints"),
+            "unset-key" => line_of(&text, "api_key_env"),
+            _ => line_of(&text, "served_model"),
+        };
+        assert!(
+            stderr.contains(&format!("{name}.toml:{line}:")),
+            "{name}: line {line} in {stderr}"
+        );
+        assert!(!out_dir.exists(), "{name}: nothing written");
+        assert!(
+            !tmp.path().join("cache").exists(),
+            "{name}: no cache written"
+        );
+    }
+    // An unknown reranker api, named with its line.
+    let text = format!(
+        "{base}\n[reranker]\nbackend = \"rerank-api\"\napi = \"cohere-v9\"\nserved_model = \"model-a\"\nendpoints = [{:?}]\n",
+        server.url()
+    );
+    let config = tmp.path().join("api.toml");
+    std::fs::write(&config, &text).unwrap();
+    let out = run_config(&config, &tmp.path().join("out-api"));
+    let stderr = text_of(&out);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&format!(
+            "api.toml:{}: [reranker] api: unknown \"cohere-v9\"",
+            line_of(&text, "api =")
+        )),
+        "{stderr}"
+    );
+}
+
+fn text_of(out: &std::process::Output) -> String {
+    text(&out.stderr)
+}
+
+#[test]
+fn a_replica_that_dies_mid_run_changes_nothing_and_when_all_die_the_rerun_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    // One replica: the reference.
+    let one = FakeServer::start(Behaviour::default());
+    let config = fake_config(tmp.path(), "one", &[one.url()], "");
+    let out = run_config(&config, &tmp.path().join("one"));
+    assert!(out.status.success(), "{}", text_of(&out));
+    let reference = metrics(&tmp.path().join("one"));
+    one.stop();
+
+    // Two replicas, one stopped after 20 requests: the other finishes.
+    std::fs::remove_dir_all(tmp.path().join("cache")).unwrap();
+    let (a, b) = (
+        FakeServer::start(Behaviour::default()),
+        FakeServer::start(Behaviour::default()),
+    );
+    for s in [&a, &b] {
+        s.behaviour.lock().unwrap().delay = Duration::from_millis(20);
+    }
+    let config = fake_config(tmp.path(), "two", &[a.url(), b.url()], "");
+    let watch = std::sync::Arc::clone(&a.behaviour);
+    let killer = std::thread::spawn(move || {
+        while watch.lock().unwrap().requests < 20 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        a.stop();
+    });
+    let out = run_config(&config, &tmp.path().join("two"));
+    killer.join().unwrap();
+    let stderr = text_of(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        metrics(&tmp.path().join("two")),
+        reference,
+        "one replica killed mid-run"
+    );
+
+    // Both die mid-run: the error names both; what was answered is cached,
+    // and the rerun resumes from it and ends identical.
+    std::fs::remove_dir_all(tmp.path().join("cache")).unwrap();
+    let (c, d) = (
+        FakeServer::start(Behaviour::default()),
+        FakeServer::start(Behaviour::default()),
+    );
+    let (pc, pd) = (c.port, d.port);
+    let (bc, bd) = (
+        std::sync::Arc::clone(&c.behaviour),
+        std::sync::Arc::clone(&d.behaviour),
+    );
+    for s in [&c, &d] {
+        s.behaviour.lock().unwrap().delay = Duration::from_millis(20);
+    }
+    let config = fake_config(tmp.path(), "both", &[c.url(), d.url()], "");
+    let watch = std::sync::Arc::clone(&c.behaviour);
+    let killer = std::thread::spawn(move || {
+        while watch.lock().unwrap().requests < 60 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        c.stop();
+        d.stop();
+    });
+    let out = run_config(&config, &tmp.path().join("both"));
+    killer.join().unwrap();
+    let stderr = text_of(&out);
+    assert!(!out.status.success(), "{stderr}");
+    for port in [pc, pd] {
+        assert!(
+            stderr.contains(&format!("http://127.0.0.1:{port}/v1: connection refused")),
+            "{port} in {stderr}"
+        );
+    }
+    assert!(
+        stderr.contains("run the same command again to resume"),
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("both/metrics.json").exists());
+    let (_c, _d) = (FakeServer::start_on(pc, bc), FakeServer::start_on(pd, bd));
+    let out = run_config(&config, &tmp.path().join("both"));
+    let stderr = text_of(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.contains("queries:")
+            && l.contains("shards from the cache")
+            && !l.contains(": 0 of")),
+        "the rerun read finished shards: {stderr}"
+    );
+    assert_eq!(metrics(&tmp.path().join("both")), reference, "resumed");
+}
+
+#[test]
+fn another_model_under_the_cached_name_is_refused_with_how_to_start_afresh() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = FakeServer::start(Behaviour::default());
+    let port = server.port;
+    let config = fake_config(tmp.path(), "probe", &[server.url()], "");
+    let out = run_config(&config, &tmp.path().join("first"));
+    assert!(out.status.success(), "{}", text_of(&out));
+    server.stop();
+    // The same name, port and listing; another model behind them.
+    let _other = FakeServer::start_on(
+        port,
+        std::sync::Arc::new(std::sync::Mutex::new(Behaviour {
+            seed: 99,
+            ..Behaviour::default()
+        })),
+    );
+    let out = run_config(&config, &tmp.path().join("second"));
+    let stderr = text_of(&out);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("is not the one whose documents vectors are cached"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("rm -r "), "{stderr}");
+    assert!(!tmp.path().join("second").exists());
+}
+
+#[test]
+fn the_key_is_sent_and_never_written() {
+    const VAR: &str = "SKILLRET_TEST_SERVED_KEY";
+    const KEY: &str = "sk-test-4c1d2e9f-never-written";
+    let tmp = tempfile::tempdir().unwrap();
+    let server = FakeServer::start(Behaviour {
+        key: Some(KEY.to_owned()),
+        ..Behaviour::default()
+    });
+    let config = fake_config(
+        tmp.path(),
+        "key",
+        &[server.url()],
+        &format!("api_key_env = {VAR:?}\n"),
+    );
+    let run = |key: &str, out: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_pipeline"))
+            .args([
+                "run",
+                "--config",
+                path(&config),
+                "--out",
+                path(&tmp.path().join(out)),
+            ])
+            .env(VAR, key)
+            .output()
+            .unwrap()
+    };
+    let wrong = run("sk-wrong-key-0000", "wrong");
+    let stderr = text_of(&wrong);
+    assert!(!wrong.status.success());
+    assert!(
+        stderr.contains(&format!("${VAR}")) && !stderr.contains("sk-wrong-key-0000"),
+        "{stderr}"
+    );
+    let right = run(KEY, "right");
+    let all = format!("{}{}", text_of(&right), text(&right.stdout));
+    assert!(right.status.success(), "{all}");
+    assert!(!all.contains(KEY), "the key is not printed");
+    for (file, bytes) in all_bytes(tmp.path()) {
+        if file.extension().is_some_and(|e| e == "toml") {
+            continue;
+        }
+        let hay = String::from_utf8_lossy(&bytes);
+        assert!(!hay.contains(KEY), "{} holds the key", file.display());
+    }
 }

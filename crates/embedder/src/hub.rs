@@ -50,6 +50,22 @@ impl HubOptions {
 /// results stay reproducible): from the Hub cache when present, else
 /// downloaded; offline, only the cache is used.
 pub fn model_dir(model_id: &str, revision: &str, options: &HubOptions) -> Result<PathBuf> {
+    snapshot(model_id, revision, options, true)
+}
+
+/// As [`model_dir`], without the weights: the config, tokenizer and
+/// sentence-transformers files a client of a served copy of the model needs
+/// (the weights of an 8B model stay on the GPU servers).
+pub fn tokenizer_dir(model_id: &str, revision: &str, options: &HubOptions) -> Result<PathBuf> {
+    snapshot(model_id, revision, options, false)
+}
+
+fn snapshot(
+    model_id: &str,
+    revision: &str,
+    options: &HubOptions,
+    weights: bool,
+) -> Result<PathBuf> {
     if revision.len() != 40 || !revision.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(Error::Hub(format!(
             "revision {revision:?} of {model_id} is not a 40-hex-digit commit hash: pin the exact commit so results are reproducible"
@@ -92,7 +108,7 @@ pub fn model_dir(model_id: &str, revision: &str, options: &HubOptions) -> Result
     let config = fetch("config.json", true)?
         .ok_or_else(|| Error::Hub(format!("no config.json for {model_id}@{revision}")))?;
     fetch("tokenizer.json", true)?;
-    if fetch("model.safetensors", false)?.is_none() {
+    if weights && fetch("model.safetensors", false)?.is_none() {
         // Large models come in shards listed by an index.
         let index = fetch("model.safetensors.index.json", false)?.ok_or_else(|| {
             Error::Hub(format!(

@@ -42,6 +42,7 @@ fn options(connection: Connection) -> RemoteOptions {
         batch_size: 4,
         dimensions: None,
         input: Some(InputMode::Text),
+        max_chars: None,
     }
 }
 

@@ -54,10 +54,14 @@ trec_eval-exact metrics.
 The configuration is a TOML file (see configs/, each says what it is for): [data] dir or \
 hub_revision, split; [embedder] model, revision, query_prompt, document_prompt, \
 query_prompt_name, document_prompt_name, pooling, normalize, max_length, batch_tokens, \
-precision, backend; [retriever] kind = dense | bm25 | hybrid, index = exact | hnsw | milvus, top_n, \
+precision, backend = native | candle | cuda | openai (a served model: served_model, endpoints, \
+api_key_env, max_in_flight, batch_size, timeout_s, retries, dimensions, input, max_chars, \
+allow_insecure_http; see README \"Served models\"); [retriever] kind = dense | bm25 | hybrid, index = exact | hnsw | milvus, top_n, \
 [retriever.hnsw] m, ef_construction, ef_search, deterministic; [retriever.milvus] uri, token, \
 collection, index_type = FLAT | HNSW, m, ef_construction, ef, timeout_s, build_timeout_s, upload_batch; [reranker] model, revision, \
-top_n, max_length, instruction, precision, backend, combine = replace | interpolate, weight; [eval] k; [output] dir, cache. Unknown \
+top_n, max_length, instruction, precision, backend = native | candle | cuda | rerank-api (with \
+api = rerank | tei, served_model, endpoints, kind, …), combine = replace | interpolate, weight; \
+[eval] k; [output] dir, cache. Unknown \
 keys are errors (see configs/README.md).
 
 Outputs in the out directory: metrics.json (per stage, official key names; identical \
@@ -66,8 +70,16 @@ metrics per stage and the rank of each relevant skill), report.md (stage table w
 deltas, reranker wins/ties/losses and a paired randomization test, HNSW recall) and \
 recall_at_k.svg.
 
+A served model (vLLM, text-embeddings-inference, a hosted API) is checked before anything \
+is embedded, its batches spread over every endpoint listed and retried on another when one \
+fails; its vectors are cached by what the model is, not where it runs, with a probe vector \
+that refuses another model served under the same name. When every endpoint is down the run \
+stops naming each, and the same command resumes from what was cached.
+
 Examples:
+  pipeline run --config configs/metatool.toml
   pipeline run --config configs/minilm.toml --data ../shared/skillret-sample
+  pipeline run --config configs/vllm-minilm.toml --data ../shared/skillret-sample
   pipeline run --config configs/bm25.toml --data tests/fixtures/tiny --out runs/tiny-bm25
   pipeline run --config configs/e5.toml --limit-queries 100";
 

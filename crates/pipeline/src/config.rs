@@ -74,6 +74,8 @@ struct RawEmbedder {
     dimensions: Option<usize>,
     /// tokens | text (served).
     input: Option<embedder::remote::InputMode>,
+    /// Characters each text is cut to (served, without `model`).
+    max_chars: Option<usize>,
 }
 
 /// The keys of a served model, in [embedder] or [reranker].
@@ -375,6 +377,8 @@ pub struct EmbedderSettings {
     pub dimensions: Option<usize>,
     /// What goes over the wire to a served model.
     pub input: Option<InputMode>,
+    /// Characters a served model's texts are cut to (without `model`).
+    pub max_chars: Option<usize>,
 }
 
 impl EmbedderSettings {
@@ -780,6 +784,14 @@ fn resolve_embedder(
                 "{section}: [embedder] max_length needs `model`, the local directory whose tokenizer counts the tokens"
             );
         }
+        if e.max_chars.is_some() && model.is_some() {
+            bail!(
+                "{section}: [embedder] max_chars applies without `model` only: with it, inputs are truncated to its max length in tokens"
+            );
+        }
+        if e.max_chars == Some(0) {
+            bail!("{section}: [embedder] max_chars must be positive");
+        }
         if e.input == Some(InputMode::Tokens) && model.is_none() {
             bail!(
                 "{section}: [embedder] input = \"tokens\" needs `model`, the local directory whose tokenizer makes them"
@@ -830,6 +842,7 @@ fn resolve_embedder(
         served,
         dimensions: e.dimensions,
         input: e.input,
+        max_chars: e.max_chars,
     })
 }
 
@@ -1067,6 +1080,25 @@ pub(crate) fn model_ref(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_shipped_configuration_parses() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                seen += 1;
+                match Settings::load(&path, &Overrides::default()) {
+                    Ok(_) => {}
+                    // The hosted configuration needs its key's variable set.
+                    Err(e) if format!("{e:#}").contains("api_key_env names $OPENAI_API_KEY") => {}
+                    Err(e) => panic!("{}: {e:#}", path.display()),
+                }
+            }
+        }
+        assert!(seen >= 20, "{seen} configurations");
+    }
 
     fn parse(text: &str) -> Result<Settings> {
         let dir = tempfile::tempdir().unwrap();

@@ -16,7 +16,7 @@ use eval::Dataset;
 use reranker::{Activation, CrossEncoder, Reranker, RerankerOptions};
 
 use crate::cache::{Shards, model_fingerprint, tokenizer_fingerprint};
-use crate::commands::embed::model_dir;
+use crate::commands::embed::{model_dir, tokenizer_dir};
 use crate::config::{DataSource, EmbedderSettings, ModelRef, RerankerSettings, ServedSettings};
 use crate::report::StageTiming;
 
@@ -67,7 +67,7 @@ pub(crate) fn resolve_model(model: &ModelRef, section: &str) -> Result<PathBuf> 
 /// The local directory of a served model: its tokenizer and config (no
 /// weights needed).
 pub(crate) fn resolve_tokenizer_dir(model: &ModelRef, section: &str) -> Result<PathBuf> {
-    let dir = model_dir(&model.model, model.revision.as_deref())
+    let dir = tokenizer_dir(&model.model, model.revision.as_deref())
         .with_context(|| format!("[{section}] model {:?}", model.model))?;
     embedder::Tokenization::from_dir(&dir, None, None).with_context(|| {
         format!(
@@ -203,6 +203,7 @@ impl Vectors {
                     batch_size: s.batch_size,
                     dimensions: e.dimensions,
                     input: e.input,
+                    max_chars: e.max_chars,
                 })
                 .map_err(|err| placed(&err, s, "embedder"))?;
                 for w in remote.warnings() {

@@ -372,13 +372,9 @@ impl RemoteReranker {
 
     fn explain(&self, error: RunError, jobs: &[Vec<usize>], sent: &[Sent]) -> Error {
         match error {
-            RunError::AllDown(down) => Error::Served(format!(
-                "every endpoint of the reranker is down: {}",
-                down.iter()
-                    .map(|(e, err, n)| format!("{e}: {err} ({n} attempts in a row failed)"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            )),
+            RunError::AllDown(down) => {
+                Error::Served(embedder::remote::pool::all_down("of the reranker", &down))
+            }
             RunError::Refused {
                 endpoint,
                 job,
@@ -527,27 +523,7 @@ impl Reranker for RemoteReranker {
             })
             .map_err(|e| self.explain(e, &spans, &sent))?;
         let seconds = started.elapsed().as_secs_f64().max(1e-9);
-        let mut notes: Vec<String> = stats
-            .iter()
-            .map(|s| {
-                format!(
-                    "{}: {} requests, {} tokens, {:.0} tokens/s{}",
-                    s.endpoint,
-                    s.answered,
-                    s.tokens,
-                    s.tokens as f64 / seconds,
-                    if s.failures > 0 {
-                        format!(
-                            ", {} failed attempts (last: {})",
-                            s.failures,
-                            s.last_error.as_deref().unwrap_or("?")
-                        )
-                    } else {
-                        String::new()
-                    }
-                )
-            })
-            .collect();
+        let mut notes = embedder::remote::pool::notes(&stats, seconds);
         if !fallback.is_empty() {
             notes.push(format!(
                 "{} of {} pairs cut inside a character (text cannot carry that): scored from their token ids through vLLM's /classify",

@@ -61,6 +61,10 @@ pub struct RemoteOptions {
     pub dimensions: Option<usize>,
     /// Token ids or text (default: ids with a model directory, else text).
     pub input: Option<InputMode>,
+    /// Without a model directory: cut each text to this many characters
+    /// (at a character boundary) before it is sent, for hosted APIs that
+    /// refuse long inputs and whose tokenizer is not at hand.
+    pub max_chars: Option<usize>,
 }
 
 /// A served embedding model behind the OpenAI embeddings API.
@@ -75,6 +79,7 @@ pub struct RemoteEmbedder {
     batch_size: usize,
     dimensions: Option<usize>,
     raw: bool,
+    max_chars: Option<usize>,
     dim: usize,
     probe: Vec<f32>,
     warnings: Vec<String>,
@@ -91,8 +96,15 @@ impl RemoteEmbedder {
         if options.batch_size == 0 {
             return Err(Error::Invalid("batch_size must be positive".to_owned()));
         }
-        if options.dimensions == Some(0) {
-            return Err(Error::Invalid("dimensions must be positive".to_owned()));
+        if options.dimensions == Some(0) || options.max_chars == Some(0) {
+            return Err(Error::Invalid(
+                "dimensions and max_chars must be positive".to_owned(),
+            ));
+        }
+        if options.max_chars.is_some() && options.model_dir.is_some() {
+            return Err(Error::Invalid(
+                "max_chars applies without a local model only: with `model`, inputs are truncated to its max length in tokens".to_owned(),
+            ));
         }
         let probe_pool = Pool::new(&options.connection);
         let checked = check_served(&probe_pool, &options.served_model)?;
@@ -155,7 +167,7 @@ impl RemoteEmbedder {
         }
         let raw = model.as_ref().is_some_and(ServedModel::is_vllm);
         let protocol = format!(
-            "served={:?} models_entry={} input={input:?} prompts={prompts:?} max_length={:?} dimensions={:?} raw={raw}",
+            "served={:?} models_entry={} input={input:?} prompts={prompts:?} max_length={:?} dimensions={:?} raw={raw} max_chars={:?}",
             options.served_model,
             model.as_ref().map_or_else(
                 || "unlisted".to_owned(),
@@ -163,6 +175,7 @@ impl RemoteEmbedder {
             ),
             tokens.as_ref().map(Tokenization::max_length),
             options.dimensions,
+            options.max_chars,
         );
         let mut me = Self {
             pool,
@@ -174,6 +187,7 @@ impl RemoteEmbedder {
             batch_size: options.batch_size,
             dimensions: options.dimensions,
             raw,
+            max_chars: options.max_chars,
             dim: 0,
             probe: Vec::new(),
             warnings,
@@ -354,6 +368,13 @@ impl RemoteEmbedder {
                 prompted
                     .into_iter()
                     .map(|p| {
+                        let p = match self.max_chars {
+                            Some(max) => match p.char_indices().nth(max) {
+                                Some((end, _)) => p[..end].to_owned(),
+                                None => p,
+                            },
+                            None => p,
+                        };
                         let n = p.len().div_ceil(4);
                         (json!(p), n)
                     })
@@ -371,13 +392,9 @@ impl RemoteEmbedder {
         lengths: &[Vec<usize>],
     ) -> Error {
         match error {
-            RunError::AllDown(down) => Error::Served(format!(
-                "every endpoint serving {:?} is down: {}",
-                self.served,
-                down.iter()
-                    .map(|(e, err, n)| format!("{e}: {err} ({n} attempts in a row failed)"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
+            RunError::AllDown(down) => Error::Served(super::pool::all_down(
+                &format!("serving {:?}", self.served),
+                &down,
             )),
             RunError::Refused {
                 endpoint,
@@ -472,7 +489,10 @@ impl Embedder for RemoteEmbedder {
             match (&self.tokens, self.input) {
                 (Some(t), InputMode::Tokens) => format!("token ids, max {} tokens", t.max_length()),
                 (Some(t), InputMode::Text) => format!("text cut at {} tokens", t.max_length()),
-                (None, _) => "whole texts (the server truncates)".to_owned(),
+                (None, _) => match self.max_chars {
+                    Some(n) => format!("texts cut at {n} characters"),
+                    None => "whole texts (the server truncates)".to_owned(),
+                },
             },
             if self.raw {
                 "raw pooled vectors"
@@ -555,27 +575,7 @@ impl Embedder for RemoteEmbedder {
             })
             .map_err(|e| self.explain(e, &spans, &lengths))?;
         let seconds = started.elapsed().as_secs_f64().max(1e-9);
-        let mut notes: Vec<String> = stats
-            .iter()
-            .map(|s| {
-                format!(
-                    "{}: {} requests, {} tokens, {:.0} tokens/s{}",
-                    s.endpoint,
-                    s.answered,
-                    s.tokens,
-                    s.tokens as f64 / seconds,
-                    if s.failures > 0 {
-                        format!(
-                            ", {} failed attempts (last: {})",
-                            s.failures,
-                            s.last_error.as_deref().unwrap_or("?")
-                        )
-                    } else {
-                        String::new()
-                    }
-                )
-            })
-            .collect();
+        let mut notes = super::pool::notes(&stats, seconds);
         if inexact > 0 {
             notes.push(format!(
                 "{inexact} cut texts tokenise back to other tokens than the native engine's (a word cut in its middle)"

@@ -151,6 +151,43 @@ impl Rates {
     }
 }
 
+/// One line per endpoint for a stage summary: requests, tokens, tokens/s
+/// over `seconds`, and failures with the last error.
+pub fn notes(stats: &[EndpointStats], seconds: f64) -> Vec<String> {
+    stats
+        .iter()
+        .map(|s| {
+            let failures = if s.failures > 0 {
+                format!(
+                    ", {} failed attempts (last: {})",
+                    s.failures,
+                    s.last_error.as_deref().unwrap_or("?")
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "{}: {} requests, {} tokens, {:.0} tokens/s{failures}",
+                s.endpoint,
+                s.answered,
+                s.tokens,
+                s.tokens as f64 / seconds.max(1e-9)
+            )
+        })
+        .collect()
+}
+
+/// "every endpoint … is down: a: its error (n attempts in a row failed); b: …".
+pub fn all_down(what: &str, down: &[(String, String, usize)]) -> String {
+    format!(
+        "every endpoint {what} is down: {}",
+        down.iter()
+            .map(|(e, err, n)| format!("{e}: {err} ({n} attempts in a row failed)"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    )
+}
+
 /// `host:port` of an endpoint URL.
 pub(crate) fn short(endpoint: &str) -> &str {
     let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);

@@ -155,6 +155,16 @@ pub(crate) fn precision(arg: PrecisionArg) -> Precision {
 
 /// A local directory, or a Hub id fetched at a pinned revision.
 pub(crate) fn model_dir(model: &str, revision: Option<&str>) -> Result<PathBuf> {
+    hub_or_local(model, revision, true)
+}
+
+/// As [`model_dir`], fetching no weights from the Hub (a served model's
+/// tokenizer and config).
+pub(crate) fn tokenizer_dir(model: &str, revision: Option<&str>) -> Result<PathBuf> {
+    hub_or_local(model, revision, false)
+}
+
+fn hub_or_local(model: &str, revision: Option<&str>, weights: bool) -> Result<PathBuf> {
     let path = Path::new(model);
     if path.is_dir() {
         return Ok(path.to_path_buf());
@@ -165,11 +175,14 @@ pub(crate) fn model_dir(model: &str, revision: Option<&str>) -> Result<PathBuf> 
         && !path.exists()
         && !path.parent().is_some_and(Path::is_dir);
     match (looks_like_id, revision) {
-        (true, Some(revision)) => Ok(embedder::hub::model_dir(
-            model,
-            revision,
-            &embedder::hub::HubOptions::from_env(),
-        )?),
+        (true, Some(revision)) => {
+            let hub = embedder::hub::HubOptions::from_env();
+            Ok(if weights {
+                embedder::hub::model_dir(model, revision, &hub)?
+            } else {
+                embedder::hub::tokenizer_dir(model, revision, &hub)?
+            })
+        }
         (true, None) => bail!(
             "{model} is not a directory; as a Hub id it needs --revision <40-hex commit> so results are reproducible"
         ),
