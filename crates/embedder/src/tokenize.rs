@@ -10,9 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
-use tokenizers::{
-    EncodeInput, Encoding, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy,
-};
+use tokenizers::{Encoding, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use crate::error::{Error, Result};
 use crate::models::{ModelConfig, Tokens};
@@ -150,10 +148,50 @@ impl Tokenization {
 
     /// Tokenises single texts (specials added, truncated).
     pub fn tokenize<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Result<Vec<Tokens>> {
+        let added = self.added_single();
         texts
             .par_iter()
-            .map(|text| self.encode(text.as_ref().into()))
+            .map(|text| {
+                let (encoding, _) =
+                    self.head(text.as_ref(), self.max_length.saturating_sub(added))?;
+                let encoding = self
+                    .tokenizer
+                    .post_process(encoding, None, true)
+                    .map_err(failed)?;
+                self.checked(&encoding)
+            })
             .collect()
+    }
+
+    /// The untruncated encoding (no specials) of enough of `text` to hold
+    /// its first `keep` tokens, and whether that is less than the whole.
+    ///
+    /// A long text's first tokens are those of a prefix that ends where a
+    /// run of whitespace starts: pre-tokenizers split there (BERT's
+    /// whitespace and punctuation split, byte-level BPE's and
+    /// sentencepiece's word patterns), and normalisers work within words,
+    /// so every token before that point is the same in the prefix as in the
+    /// whole. The prefix must give more than `keep` tokens (it grows
+    /// fourfold until it does, or is the whole text), so a 100,000-character
+    /// skill truncated to 256 tokens costs a few thousand characters of
+    /// tokenising instead of all of them.
+    fn head(&self, text: &str, keep: usize) -> Result<(Encoding, bool)> {
+        let mut budget = (keep * 8).max(1024);
+        while budget < text.len() {
+            let Some(cut) = whitespace_run_start(text, budget) else {
+                break;
+            };
+            let encoding = self
+                .untruncated
+                .encode(&text[..cut], false)
+                .map_err(failed)?;
+            if encoding.len() > keep {
+                return Ok((encoding, true));
+            }
+            budget = budget.saturating_mul(4);
+        }
+        let encoding = self.untruncated.encode(text, false).map_err(failed)?;
+        Ok((encoding, false))
     }
 
     /// Token ids of `text` as it is, without the tokenizer's special tokens
@@ -193,10 +231,7 @@ impl Tokenization {
         texts
             .par_iter()
             .map(|text| {
-                let mut encoding = self
-                    .untruncated
-                    .encode(text.as_ref(), false)
-                    .map_err(failed)?;
+                let (mut encoding, _) = self.head(text.as_ref(), limit - added)?;
                 encoding.truncate(limit - added, 0, TruncationDirection::Right);
                 let encoding = self
                     .untruncated
@@ -250,8 +285,8 @@ impl Tokenization {
             .par_iter()
             .map(|text| {
                 let text = text.as_ref();
-                let whole = self.untruncated.encode(text, false).map_err(failed)?;
-                self.cut(text, &whole, limit - added)
+                let (head, _) = self.head(text, limit - added)?;
+                self.cut(text, &head, limit - added)
             })
             .collect()
     }
@@ -297,8 +332,8 @@ impl Tokenization {
     }
 
     /// `text` up to the end of its `keep`-th token (of `whole`, its
-    /// untruncated encoding without specials), checked by tokenising the cut
-    /// text again.
+    /// untruncated encoding without specials, or that of a prefix holding
+    /// more than `keep` tokens), checked by tokenising the cut text again.
     fn cut(&self, text: &str, whole: &Encoding, keep: usize) -> Result<Cut> {
         let ids = whole.get_ids();
         if keep >= ids.len() {
@@ -338,11 +373,6 @@ impl Tokenization {
         }
     }
 
-    fn encode(&self, input: EncodeInput<'_>) -> Result<Tokens> {
-        let encoding = self.tokenizer.encode(input, true).map_err(failed)?;
-        self.checked(&encoding)
-    }
-
     /// The ids and types of an encoding, checked against the model's tables.
     fn checked(&self, encoding: &Encoding) -> Result<Tokens> {
         let ids = encoding.get_ids().to_vec();
@@ -370,6 +400,27 @@ impl Tokenization {
         };
         Ok(Tokens { ids, types })
     }
+}
+
+/// The start of the first run of whitespace at or after byte `from`, if
+/// any (at a character boundary).
+fn whitespace_run_start(text: &str, from: usize) -> Option<usize> {
+    let mut from = from.min(text.len());
+    while !text.is_char_boundary(from) {
+        from += 1;
+    }
+    let (offset, _) = text[from..]
+        .char_indices()
+        .find(|(_, c)| c.is_whitespace())?;
+    let mut start = from + offset;
+    // Back to the beginning of the run it belongs to.
+    while let Some(c) = text[..start].chars().next_back() {
+        if !c.is_whitespace() {
+            break;
+        }
+        start -= c.len_utf8();
+    }
+    Some(start)
 }
 
 fn failed(e: impl std::fmt::Display) -> Error {

@@ -91,3 +91,55 @@ fn cut_texts_tokenise_back_to_the_native_tokens() {
         );
     }
 }
+
+/// Long texts: each sample skill (where the shared sample is present) and
+/// made-up ones with runs of spaces, tabs and newlines, CJK and emoji.
+fn long_texts() -> Vec<String> {
+    let mut texts: Vec<String> = (0..40)
+        .map(|i| {
+            let sep = ["  ", "\t", "\n\n", " \u{3000} ", "   \n  "][i % 5];
+            (0..(200 + 97 * i))
+                .map(|j| words(1 + j % 3, i + j))
+                .collect::<Vec<_>>()
+                .join(sep)
+        })
+        .collect();
+    if let Some(sample) = common::sample() {
+        let (skills, _) = common::sample_texts(&sample);
+        texts.extend(skills.into_iter().map(|(_, t)| t));
+    }
+    texts
+}
+
+#[test]
+fn truncation_from_a_prefix_gives_the_tokens_of_the_whole_text() {
+    for (name, script, limits) in [
+        ("all-MiniLM-L6-v2", "scripts/fetch-models.sh", [128, 512]),
+        (
+            "test-qwen3-embedding",
+            "scripts/make_qwen3_models.py",
+            [96, 8192],
+        ),
+    ] {
+        let Some(dir) = common::model(name, script) else {
+            continue;
+        };
+        let texts = long_texts();
+        for limit in limits {
+            let ours = Tokenization::from_dir(&dir, Some(limit), None).unwrap();
+            let mut whole = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+            whole
+                .with_truncation(Some(tokenizers::TruncationParams {
+                    max_length: limit,
+                    ..Default::default()
+                }))
+                .unwrap();
+            whole.with_padding(None);
+            let got = ours.tokenize(&texts).unwrap();
+            for (i, (text, tokens)) in texts.iter().zip(&got).enumerate() {
+                let want = whole.encode(text.as_str(), true).unwrap();
+                assert_eq!(tokens.ids, want.get_ids(), "{name} at {limit}: text {i}");
+            }
+        }
+    }
+}
