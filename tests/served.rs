@@ -765,3 +765,45 @@ fn the_key_is_sent_and_never_written() {
         assert!(!hay.contains(KEY), "{} holds the key", file.display());
     }
 }
+
+#[test]
+fn rate_limits_and_overload_are_waited_out_as_the_server_asks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let clean = FakeServer::start(Behaviour::default());
+    let config = fake_config(tmp.path(), "clean", &[clean.url()], "");
+    let out = run_config(&config, &tmp.path().join("clean"));
+    assert!(out.status.success(), "{}", text_of(&out));
+    let clean_requests = clean.behaviour.lock().unwrap().requests;
+    clean.stop();
+
+    std::fs::remove_dir_all(tmp.path().join("cache")).unwrap();
+    let server = FakeServer::start(Behaviour::default());
+    {
+        let mut b = server.behaviour.lock().unwrap();
+        for (code, message) in [
+            (429, "Rate limit reached, retry after 1 s"),
+            (503, "Server overloaded"),
+        ] {
+            b.faults.push_back(fake_server::Fault::Status {
+                code,
+                retry_after: Some("1".to_owned()),
+                message: message.to_owned(),
+            });
+        }
+    }
+    let config = fake_config(tmp.path(), "limited", &[server.url()], "");
+    let out = run_config(&config, &tmp.path().join("limited"));
+    let stderr = text_of(&out);
+    eprintln!("{stderr}");
+    assert!(out.status.success(), "{stderr}");
+    // Both faults were served (the first requests are the start-up probe,
+    // whose retries are not in the per-endpoint report) and each retried.
+    let b = server.behaviour.lock().unwrap();
+    assert!(b.faults.is_empty());
+    assert_eq!(b.requests, clean_requests + 2);
+    drop(b);
+    assert_eq!(
+        metrics(&tmp.path().join("limited")),
+        metrics(&tmp.path().join("clean"))
+    );
+}

@@ -395,7 +395,8 @@ impl RemoteReranker {
                     _ => String::new(),
                 };
                 Error::Served(format!(
-                    "{endpoint} refused a request ({len} pairs, the longest {longest} tokens): {failure}{hint}"
+                    "{endpoint} refused a request ({len} pair{}, the longest {longest} tokens): {failure}{hint}",
+                    if len == 1 { "" } else { "s" }
                 ))
             }
             RunError::Handler(message) => Error::Invalid(message),

@@ -303,7 +303,17 @@ impl Pool {
                     retry_after,
                 })
             }
-            Err(ureq::Error::Transport(t)) => Err(Failure::Transport(transport_text(&t))),
+            Err(ureq::Error::Transport(t)) => {
+                let text = transport_text(&t);
+                Err(Failure::Transport(if text == NO_ANSWER {
+                    format!(
+                        "no answer within {} s (timeout_s)",
+                        self.connection.timeout.as_secs_f64()
+                    )
+                } else {
+                    text
+                }))
+            }
         }
     }
 
@@ -582,13 +592,15 @@ fn transport_text(t: &ureq::Transport) -> String {
     }
 }
 
+const NO_ANSWER: &str = "no answer within the timeout";
+
 fn io_text(e: &std::io::Error) -> String {
     use std::io::ErrorKind as K;
     match e.kind() {
         K::ConnectionRefused => "connection refused".to_owned(),
         K::ConnectionReset => "connection reset by the server".to_owned(),
         K::ConnectionAborted => "connection aborted".to_owned(),
-        K::TimedOut | K::WouldBlock => "no answer within the timeout".to_owned(),
+        K::TimedOut | K::WouldBlock => NO_ANSWER.to_owned(),
         K::UnexpectedEof => "the server closed the connection".to_owned(),
         _ => e.to_string(),
     }
