@@ -29,6 +29,7 @@ import json
 import math
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -45,9 +46,13 @@ try:
     import openai
     from tokenizers import Tokenizer
 except ImportError:
-    if VENV_PY.exists() and Path(sys.executable).resolve() != VENV_PY.resolve():
+    if VENV_PY.exists() and Path(sys.prefix).resolve() != VENV_PY.parent.parent.resolve():
         os.execv(str(VENV_PY), [str(VENV_PY), __file__, *sys.argv[1:]])
     sys.exit("needs the openai and tokenizers packages: run scripts/vllm.sh install first")
+
+
+# CPU seconds each client spent per round (the client's own cost, beside the server's).
+CPU = {"--config": [], "--model": [], "openai": []}
 
 
 def texts(n):
@@ -66,6 +71,7 @@ def texts(n):
 
 def pipeline_embed(how, inputs, output):
     """`pipeline embed HOW…`: its own embedding seconds and tokens, and the whole process's."""
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     r = subprocess.run(
         [str(PIPELINE), "embed", *how, "--input", str(inputs), "--output", str(output)],
@@ -73,6 +79,8 @@ def pipeline_embed(how, inputs, output):
         text=True,
     )
     whole = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU[how[0]].append(after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime)
     if r.returncode != 0:
         sys.exit(f"pipeline embed failed:\n{r.stderr}")
     m = re.search(r"embedded (\d+) texts \((\d+) tokens\) in ([0-9.]+) s", r.stderr)
@@ -102,9 +110,12 @@ async def client(base, name, ids, batch, in_flight):
                 vecs.append(struct.unpack(f"<{len(raw) // 4}f", raw))
             out[i] = vecs
 
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
     await asyncio.gather(*(one(i, c) for i, c in enumerate(batches)))
     seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    CPU["openai"].append(after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime)
     await api.close()
     return seconds, [v for vs in out for v in vs]
 
@@ -143,12 +154,24 @@ def main():
 
     rows = {"ours": [], "ours (whole process)": [], "openai": [], "native": [], "native (whole process)": []}
     for r in range(args.repeat):
-        s, n, whole = pipeline_embed(["--config", str(config)], inputs, tmp / "ours.jsonl")
-        assert n == tokens, (n, tokens)
-        rows["ours"].append(s)
-        rows["ours (whole process)"].append(whole)
-        s, vectors = asyncio.run(client(base, name, ids, args.batch_size, args.in_flight))
-        rows["openai"].append(s)
+        # Alternate which client goes first, so that drift favours neither.
+        def run_ours():
+            s, n, whole = pipeline_embed(["--config", str(config)], inputs, tmp / "ours.jsonl")
+            assert n == tokens, (n, tokens)
+            rows["ours"].append(s)
+            rows["ours (whole process)"].append(whole)
+
+        def run_openai():
+            s, v = asyncio.run(client(base, name, ids, args.batch_size, args.in_flight))
+            rows["openai"].append(s)
+            return v
+
+        if r % 2 == 0:
+            run_ours()
+            vectors = run_openai()
+        else:
+            vectors = run_openai()
+            run_ours()
         s, n, whole = pipeline_embed(["--model", str(MODEL)], inputs, tmp / "native.jsonl")
         rows["native"].append(s)
         rows["native (whole process)"].append(whole)
@@ -169,6 +192,11 @@ def main():
     paired = statistics.median(o / s for o, s in zip(rows["openai"], rows["ours"]))
     print(f"\nours / openai throughput: {ratio:.3f} (median of paired ratios {paired:.3f})")
     print(f"served / native throughput: {statistics.median(rows['native']) / statistics.median(rows['ours']):.3f}")
+    print(
+        f"client CPU seconds per round (median): ours {statistics.median(CPU['--config']):.2f} "
+        f"(whole process, tokenising included), openai {statistics.median(CPU['openai']):.2f} "
+        f"(requests only; its tokenising, done before, not counted); native engine {statistics.median(CPU['--model']):.2f}"
+    )
     print(f"worst cosine, ours vs the openai client's vectors: {worst_client:.9f}; ours (served) vs native: {worst_native:.9f}")
 
 

@@ -53,7 +53,10 @@ def vllm(*args, check=True):
 
 def start(port, model=MINILM, name="all-MiniLM-L6-v2", extra=()):
     t = time.time()
-    vllm("start", model, name, port, *(["--", *extra] if extra else []))
+    r = vllm("start", model, name, port, *(["--", *extra] if extra else []), check=False)
+    if r.returncode != 0:
+        print(f"  (vLLM on {port} did not start: {r.stderr.strip()})", flush=True)
+        raise SystemExit(1)
     print(f"  (vLLM on {port} ready in {time.time() - t:.0f} s)", flush=True)
 
 
@@ -181,6 +184,7 @@ def main():
 
         def restart():
             kill(8011)
+            time.sleep(2)
             vllm("stop", 8011, check=False)
             threading.Thread(target=start, args=(8011,)).start()
 

@@ -189,6 +189,11 @@ start() {
         fi
         die "127.0.0.1:$port already runs another vLLM server of this script (pid $pid: $(cat "$HOME_DIR/$port.args" 2>/dev/null)); stop it first: scripts/vllm.sh stop $port"
     fi
+    # A server stopped a moment ago may hold the port while its processes end.
+    for _ in $(seq 1 30); do
+        port_open "$port" || break
+        sleep 0.5
+    done
     if port_open "$port"; then
         die "127.0.0.1:$port is taken by another process; choose another PORT"
     fi
