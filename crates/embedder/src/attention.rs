@@ -16,6 +16,9 @@ use crate::kernels::{self, View, matmul};
 const QUERY_BLOCK: usize = 64;
 /// Key rows of a tile.
 const KEY_BLOCK: usize = 512;
+// Every query of a task finds its first key in the task's first key block
+// (`Task::keys` rounds the start down by at most 15).
+const _: () = assert!(fast::KEYS > QUERY_BLOCK + 16 && KEY_BLOCK > QUERY_BLOCK + 16);
 
 /// The heads of an attention layer.
 #[derive(Debug, Clone, Copy)]
@@ -28,6 +31,36 @@ pub(crate) struct Heads {
     pub(crate) dim: usize,
     /// Whether token t sees only tokens ≤ t (decoders).
     pub(crate) causal: bool,
+    /// A sliding window of `w`: token t sees tokens within `w − 1` of it
+    /// (`t − w < j`, and `j < t + w` where not causal), as transformers'
+    /// sliding-window masks do.
+    pub(crate) window: Option<usize>,
+    /// The factor of `Q·Kᵀ` (`1/√dim` unless the model says otherwise).
+    pub(crate) scale: f32,
+}
+
+impl Heads {
+    /// Heads of width `dim` with the usual scale, no window.
+    pub(crate) fn new(query: usize, kv: usize, dim: usize, causal: bool) -> Self {
+        Self {
+            query,
+            kv,
+            dim,
+            causal,
+            window: None,
+            scale: 1.0 / (dim as f32).sqrt(),
+        }
+    }
+
+    /// The keys `lo..hi` that the query at position `i` of a sequence of
+    /// `len` tokens sees.
+    pub(crate) fn span(&self, i: usize, len: usize) -> (usize, usize) {
+        let hi = if self.causal { i + 1 } else { len };
+        match self.window {
+            None => (0, hi),
+            Some(w) => ((i + 1).saturating_sub(w), hi.min(i + w)),
+        }
+    }
 }
 
 /// Where Q, K and V sit in each row of the fused projection.
@@ -57,7 +90,8 @@ impl QkvLayout {
     }
 }
 
-/// `out = softmax(Q·Kᵀ/√dim [+ causal mask])·V` for every sequence and head.
+/// `out = softmax(scale·Q·Kᵀ [+ causal or window mask])·V` for every sequence
+/// and head.
 ///
 /// `lengths` are the sequences laid end to end in `qkv` (rows of
 /// `layout.stride`) and in `out` (rows of `query·dim`, head after head).
@@ -165,15 +199,12 @@ impl Task<'_> {
         let d = heads.dim;
         let width = heads.query * d;
         let group = heads.query / heads.kv;
-        let scale = 1.0 / (d as f32).sqrt();
+        let scale = heads.scale;
         let stride = layout.stride;
-        // Keys this block sees: all, or up to its last query.
-        let keys = if heads.causal {
-            self.first + self.rows
-        } else {
-            self.len
-        };
-        let key_block = keys.min(KEY_BLOCK);
+        // Keys this block sees: from its first query's first key to its
+        // last query's last.
+        let (start, keys) = self.keys(heads);
+        let key_block = (keys - start).min(KEY_BLOCK);
         scratch.scores.resize(self.rows * key_block, 0.0);
         let seq = &qkv[self.sequence * stride..(self.sequence + self.len) * stride];
         self.out.fill(0.0);
@@ -191,7 +222,7 @@ impl Task<'_> {
             scratch.sum.clear();
             scratch.sum.resize(self.rows, 0.0);
             scratch.alpha.resize(self.rows, 1.0);
-            let mut k0 = 0;
+            let mut k0 = start;
             while k0 < keys {
                 let n = (keys - k0).min(key_block);
                 let scores = &mut scratch.scores[..self.rows * n];
@@ -199,21 +230,16 @@ impl Task<'_> {
                     View::transposed(&seq[k0 * stride + layout.k + kv_head * d..], d, n, stride);
                 matmul(scores, n, q, k, false, false);
                 for (r, row) in scores.chunks_exact_mut(n).enumerate() {
-                    // Causal: query at position p sees keys 0..=p.
-                    let valid = if heads.causal {
-                        (self.first + r + 1).saturating_sub(k0).min(n)
-                    } else {
-                        n
-                    };
-                    scratch.alpha[r] = kernels::online_softmax(
+                    scratch.alpha[r] = softmax_row(
+                        heads.span(self.first + r, self.len),
                         row,
-                        valid,
+                        k0,
                         scale,
                         &mut scratch.max[r],
                         &mut scratch.sum[r],
                     );
                 }
-                if k0 > 0 {
+                if k0 > start {
                     kernels::scale_rows(out, width, d, &scratch.alpha[..self.rows]);
                 }
                 let v = View::rows(&seq[k0 * stride + layout.v + kv_head * d..], n, d, stride);
@@ -233,6 +259,36 @@ impl Task<'_> {
             kernels::scale_rows(out, width, d, &scratch.sum[..self.rows]);
         }
     }
+
+    /// The keys the task's queries see, from the first one's first key
+    /// (rounded down to a multiple of 16, where packed key blocks start) to
+    /// the last one's last.
+    fn keys(&self, heads: Heads) -> (usize, usize) {
+        let lo = heads.span(self.first, self.len).0;
+        let hi = heads.span(self.first + self.rows - 1, self.len).1;
+        (lo / 16 * 16, hi)
+    }
+}
+
+/// The online softmax of one row of scores against keys `k0..`, those
+/// outside the query's span `lo..hi` masked (weight 0); returns the factor
+/// of the row's earlier sums.
+fn softmax_row(
+    (lo, hi): (usize, usize),
+    row: &mut [f32],
+    k0: usize,
+    scale: f32,
+    max: &mut f32,
+    sum: &mut f32,
+) -> f32 {
+    let n = row.len();
+    let (from, to) = (lo.saturating_sub(k0).min(n), hi.saturating_sub(k0).min(n));
+    if from >= to {
+        row.fill(0.0);
+        return 1.0;
+    }
+    row[..from].fill(0.0);
+    kernels::online_softmax(&mut row[from..], to - from, scale, max, sum)
 }
 
 impl Task<'_> {
@@ -254,13 +310,9 @@ impl Task<'_> {
         let d = heads.dim;
         let width = heads.query * d;
         let group = heads.query / heads.kv;
-        let scale = 1.0 / (d as f32).sqrt();
+        let scale = heads.scale;
         let stride = layout.stride;
-        let keys = if heads.causal {
-            self.first + self.rows
-        } else {
-            self.len
-        };
+        let (start, keys) = self.keys(heads);
         let seq = &qkv[self.sequence * stride..(self.sequence + self.len) * stride];
         let states = self.rows * heads.query;
         scratch.scores.resize(MR * KEYS, 0.0);
@@ -272,7 +324,7 @@ impl Task<'_> {
         for kv_head in 0..heads.kv {
             let packed_keys = packed.get(self.index, kv_head);
             let values = &seq[layout.v + kv_head * d..];
-            let mut k0 = 0;
+            let mut k0 = start;
             while k0 < keys {
                 let n = (keys - k0).min(KEYS);
                 for head in kv_head * group..(kv_head + 1) * group {
@@ -281,31 +333,26 @@ impl Task<'_> {
                         let mr = (self.rows - r).min(MR);
                         let tile = r;
                         r += mr;
-                        // Causal: the tile's last query sees keys up to its position.
-                        let seen = if heads.causal {
-                            (self.first + tile + mr).saturating_sub(k0).min(n)
-                        } else {
-                            n
-                        };
+                        // The tile's last query sees keys up to the end of its span.
+                        let seen = heads
+                            .span(self.first + tile + mr - 1, self.len)
+                            .1
+                            .saturating_sub(k0)
+                            .min(n);
+                        // The first block is never skipped: every query's span
+                        // starts inside it (spans of a task's queries start at
+                        // most QUERY_BLOCK apart, and KEYS > QUERY_BLOCK + 16).
                         if seen == 0 {
                             continue;
                         }
                         let q = &seq[(self.first + tile) * stride + layout.q + head * d..];
                         fast::scores(&mut scratch.scores, q, stride, mr, packed_keys, k0, seen, d);
                         for (i, row) in scratch.scores.chunks_exact_mut(KEYS).take(mr).enumerate() {
-                            let valid = if heads.causal {
-                                (self.first + tile + i + 1).saturating_sub(k0).min(seen)
-                            } else {
-                                seen
-                            };
                             let state = (tile + i) * heads.query + head;
-                            scratch.alpha[i] = kernels::online_softmax(
-                                &mut row[..seen],
-                                valid,
-                                scale,
-                                &mut scratch.max[state],
-                                &mut scratch.sum[state],
-                            );
+                            let (max, sum) = (&mut scratch.max[state], &mut scratch.sum[state]);
+                            let span = heads.span(self.first + tile + i, self.len);
+                            scratch.alpha[i] =
+                                softmax_row(span, &mut row[..seen], k0, scale, max, sum);
                         }
                         fast::accumulate(
                             &mut self.out[tile * width + head * d..],
@@ -317,7 +364,7 @@ impl Task<'_> {
                             stride,
                             d,
                             &scratch.alpha,
-                            k0 == 0,
+                            k0 == start,
                         );
                     }
                 }
@@ -654,8 +701,8 @@ mod tests {
             for h in 0..heads.query {
                 let g = h / (heads.query / heads.kv);
                 for i in 0..len {
-                    let keys = if heads.causal { i + 1 } else { len };
-                    let scores: Vec<f64> = (0..keys)
+                    let (lo, hi) = heads.span(i, len);
+                    let scores: Vec<f64> = (lo..hi)
                         .map(|j| {
                             (0..d)
                                 .map(|c| {
@@ -663,15 +710,15 @@ mod tests {
                                         * at(start + j, layout.k + g * d + c)
                                 })
                                 .sum::<f64>()
-                                / (d as f64).sqrt()
+                                * f64::from(heads.scale)
                         })
                         .collect();
                     let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                     let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
                     let sum: f64 = e.iter().sum();
                     for c in 0..d {
-                        out[(start + i) * width + h * d + c] = (0..keys)
-                            .map(|j| e[j] * at(start + j, layout.v + g * d + c))
+                        out[(start + i) * width + h * d + c] = (lo..hi)
+                            .map(|j| e[j - lo] * at(start + j, layout.v + g * d + c))
                             .sum::<f64>()
                             / sum;
                     }
@@ -685,21 +732,26 @@ mod tests {
     #[test]
     fn both_paths_equal_the_definition() {
         // Lengths around the block sizes; grouped and plain heads; causal and
-        // not; head widths the fast path takes (multiples of 16) and not.
+        // not; sliding windows shorter and longer than the blocks, and a
+        // scale of the model's own; head widths the fast path takes
+        // (multiples of 16) and not.
         let lengths = [1, 63, 64, 65, 700, 1100, 3];
-        for (query, kv, causal, dim) in [
-            (4, 2, true, 8),
-            (2, 2, false, 16),
-            (3, 1, true, 32),
-            (2, 1, false, 48),
-            (2, 1, true, 128),
+        for (query, kv, causal, dim, window) in [
+            (4, 2, true, 8, None),
+            (2, 2, false, 16, None),
+            (3, 1, true, 32, None),
+            (2, 1, false, 48, None),
+            (2, 1, true, 128, None),
+            (4, 2, true, 16, Some(5)),
+            (4, 2, false, 16, Some(21)),
+            (2, 1, true, 32, Some(300)),
+            (2, 2, false, 8, Some(600)),
         ] {
-            let heads = Heads {
-                query,
-                kv,
-                dim,
-                causal,
-            };
+            let mut heads = Heads::new(query, kv, dim, causal);
+            heads.window = window;
+            if window.is_some() {
+                heads.scale = 0.3;
+            }
             let layout = QkvLayout::fused(heads);
             let total: usize = lengths.iter().sum();
             let qkv: Vec<f32> = (0..total * layout.stride)
@@ -727,7 +779,7 @@ mod tests {
                 for (i, (got, want)) in out.iter().zip(&want).enumerate() {
                     assert!(
                         (f64::from(*got) - want).abs() < 2e-5,
-                        "{query}/{kv} causal {causal} dim {dim} fast {fast}, element {i}: {got} vs {want}"
+                        "{query}/{kv} causal {causal} window {window:?} dim {dim} fast {fast}, element {i}: {got} vs {want}"
                     );
                 }
             }

@@ -47,6 +47,38 @@ pub struct SentenceTransformersConfig {
     pub prompts: BTreeMap<String, String>,
     /// `default_prompt_name` of `config_sentence_transformers.json`.
     pub default_prompt_name: Option<String>,
+    /// An output quantizer module after pooling (pplx-embed's
+    /// `st_quantize` module).
+    pub quantize: Option<Quantize>,
+}
+
+/// A quantizer module that sentence-transformers applies to the pooled
+/// vectors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Quantize {
+    /// pplx-embed's `Int8TanhQuantizer`: `clamp(round(tanh(x)·127), −128,
+    /// 127)`, as floats.
+    Int8Tanh,
+}
+
+impl Quantize {
+    /// Applies the quantizer to one vector in place.
+    pub fn apply(self, v: &mut [f32]) {
+        match self {
+            Self::Int8Tanh => {
+                for x in v {
+                    // torch.round rounds half to even.
+                    *x = (x.tanh() * 127.0).round_ties_even().clamp(-128.0, 127.0);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct QuantizerFile {
+    quantization: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -120,6 +152,28 @@ impl SentenceTransformersConfig {
                 match name {
                     "Transformer" => {}
                     "Normalize" => config.normalize = Some(true),
+                    _ if module.kind.starts_with("st_quantize.") => {
+                        let path = dir.join(&module.path).join("config.json");
+                        let kind = if path.is_file() {
+                            read_json::<QuantizerFile>(&path)?.quantization
+                        } else {
+                            None
+                        };
+                        match (name, kind.as_deref()) {
+                            ("Int8TanhQuantizer", None | Some("int8")) | (_, Some("int8")) => {
+                                config.quantize = Some(Quantize::Int8Tanh);
+                            }
+                            (_, other) => {
+                                return Err(Error::format(
+                                    &modules_path,
+                                    format!(
+                                        "[{i}].type: quantizer {:?} ({other:?}) is not supported (int8 tanh is)",
+                                        module.kind
+                                    ),
+                                ));
+                            }
+                        }
+                    }
                     "Pooling" => {
                         let path = dir.join(&module.path).join("config.json");
                         let (pooling, include_prompt) = read_pooling(&path)?;
@@ -130,7 +184,7 @@ impl SentenceTransformersConfig {
                         return Err(Error::format(
                             &modules_path,
                             format!(
-                                "[{i}].type: module {:?} is not supported (Transformer, Pooling and Normalize are); its output would differ from sentence-transformers'",
+                                "[{i}].type: module {:?} is not supported (Transformer, Pooling, Normalize and pplx-embed's int8 st_quantize are); its output would differ from sentence-transformers'",
                                 module.kind
                             ),
                         ));

@@ -28,6 +28,9 @@ pub struct EncoderOptions {
     pub backend: Backend,
     /// Arithmetic of the native engine's linear layers.
     pub precision: Precision,
+    /// The LoRA adapter to merge, for models with per-task adapters
+    /// (`adapters/<task>/`; `None`: `retrieval` where there are adapters).
+    pub task: Option<String>,
 }
 
 impl Default for EncoderOptions {
@@ -37,6 +40,7 @@ impl Default for EncoderOptions {
             batch_tokens: 8192,
             backend: Backend::Native,
             precision: Precision::F32,
+            task: None,
         }
     }
 }
@@ -81,7 +85,13 @@ impl Encoder {
             options.max_length,
             default_max_length,
         )?;
-        let (model, device) = models::load(&config, &files, options.backend, options.precision)?;
+        let (model, device) = models::load(
+            &config,
+            &files,
+            options.backend,
+            options.precision,
+            options.task.as_deref(),
+        )?;
         Ok(Self {
             tokens,
             model,

@@ -275,6 +275,13 @@ impl Weights {
         self.index.contains_key(name)
     }
 
+    /// The stored dtype of tensor `name` (under the prefix), if it exists.
+    pub fn dtype(&self, name: &str) -> Option<Dtype> {
+        let full = format!("{}{name}", self.prefix);
+        let file = &self.files[*self.index.get(&full)?];
+        file.tensors().ok()?.tensor(&full).ok().map(|v| v.dtype())
+    }
+
     /// Tensor `name` (under the prefix) of exactly `shape`, as f32.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
         self.get_full(&format!("{}{name}", self.prefix), shape)

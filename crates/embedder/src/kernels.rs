@@ -287,6 +287,21 @@ multiversion! {
 }
 
 multiversion! {
+    /// GeGLU with the tanh approximation of GELU (Gemma's
+    /// `gelu_pytorch_tanh`): `out[i] = gelu(gate[i]) · up[i]` for each row of
+    /// `gate_up` (`gate` then `up`, each `width` wide) into the rows of `out`.
+    pub(crate) fn gelu_tanh_mul(gate_up: &[f32], out: &mut [f32], width: usize) {
+        const C: f32 = 0.797_884_6; // sqrt(2 / pi)
+        for (row, out) in gate_up.chunks_exact(2 * width).zip(out.chunks_exact_mut(width)) {
+            let (gate, up) = row.split_at(width);
+            for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+                *o = 0.5 * g * (1.0 + tanh(C * (g + 0.044_715 * g * g * g))) * u;
+            }
+        }
+    }
+}
+
+multiversion! {
     /// SwiGLU: `out[i] = silu(gate[i]) · up[i]` for each row of `gate_up`
     /// (`gate` then `up`, each `width` wide) into the rows of `out`.
     pub(crate) fn silu_mul(gate_up: &[f32], out: &mut [f32], width: usize) {

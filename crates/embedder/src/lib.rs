@@ -58,7 +58,7 @@ pub use config::{Pooling, SentenceTransformersConfig};
 pub use encoder::{Encoder, EncoderOptions};
 pub use error::{Error, Result};
 pub use files::{ModelFiles, TensorFile, Weights};
-pub use models::{BertConfig, ModelConfig, Qwen3Config, Tokens};
+pub use models::{BertConfig, Gemma3Config, ModelConfig, Qwen3Config, SUPPORTED_TYPES, Tokens};
 pub use tokenize::{Cut, Tokenization};
 
 /// Which engine runs the model.
@@ -147,6 +147,10 @@ pub struct EmbedderOptions {
     pub backend: Backend,
     /// Arithmetic of the native engine's linear layers.
     pub precision: Precision,
+    /// The task whose LoRA adapter is merged, for models with per-task
+    /// adapters (jina-embeddings-v5: `adapters/<task>/`); `None`:
+    /// `retrieval` where the model has adapters.
+    pub task: Option<String>,
 }
 
 impl Default for EmbedderOptions {
@@ -162,6 +166,7 @@ impl Default for EmbedderOptions {
             batch_tokens: 8192,
             backend: Backend::Native,
             precision: Precision::F32,
+            task: None,
         }
     }
 }
@@ -222,6 +227,11 @@ impl EmbedderOptions {
     /// Sets the precision of the native engine.
     pub fn with_precision(mut self, precision: Precision) -> Self {
         self.precision = precision;
+        self
+    }
+    /// Selects the LoRA adapter of `task`.
+    pub fn with_task(mut self, task: &str) -> Self {
+        self.task = Some(task.to_owned());
         self
     }
 
@@ -352,6 +362,7 @@ pub struct LocalEmbedder {
     encoder: Encoder,
     pooling: Pooling,
     normalize: bool,
+    quantize: Option<config::Quantize>,
     prompts: Prompts,
     /// Prompt tokens left out of pooling, per kind (query, document):
     /// non-zero only where the Pooling module says `include_prompt = false`.
@@ -382,6 +393,7 @@ impl LocalEmbedder {
             batch_tokens: options.batch_tokens,
             backend: options.backend,
             precision: options.precision,
+            task: options.task.clone(),
         };
         // sentence-transformers' limit: max_seq_length (before 6.x), else the
         // tokenizer's model_max_length (capped at the positions by the encoder).
@@ -409,6 +421,7 @@ impl LocalEmbedder {
             encoder,
             pooling,
             normalize: options.normalize.or(st.normalize).unwrap_or(true),
+            quantize: st.quantize,
             prompts,
             skip,
             options,
@@ -488,6 +501,11 @@ impl LocalEmbedder {
         self.embed_tokens(&ids, kind, progress)
     }
 
+    /// The quantizer applied after pooling (and normalising), if any.
+    pub fn quantize(&self) -> Option<config::Quantize> {
+        self.quantize
+    }
+
     /// Embeds inputs of `kind` already tokenised by [`LocalEmbedder::tokenize`].
     pub fn embed_tokens(
         &self,
@@ -507,9 +525,12 @@ impl LocalEmbedder {
             .encoder
             .encode_pooled(&inputs, self.pooling, skip, progress)?;
         let dim = self.dim();
-        if self.normalize {
-            for row in data.chunks_exact_mut(dim) {
+        for row in data.chunks_exact_mut(dim) {
+            if self.normalize {
                 normalize(row);
+            }
+            if let Some(q) = self.quantize {
+                q.apply(row);
             }
         }
         Ok(Embeddings { data, dim })

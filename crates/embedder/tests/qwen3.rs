@@ -294,7 +294,7 @@ fn bad_model_directories_name_the_file_and_field() {
     // An architecture this crate does not run.
     let copy = copy_model(&dir);
     edit_json(&copy.path().join("config.json"), |v| {
-        v["model_type"] = "gemma3_text".into();
+        v["model_type"] = "mistral3".into();
     });
     let err = load(copy.path()).to_string();
     assert!(
@@ -302,7 +302,7 @@ fn bad_model_directories_name_the_file_and_field() {
         "{err}"
     );
     assert!(
-        err.contains("gemma3_text") && err.contains("qwen3"),
+        err.contains("mistral3") && err.contains("qwen3") && err.contains("gemma3_text"),
         "{err}"
     );
 

@@ -263,6 +263,7 @@ impl CrossEncoder {
             batch_tokens: options.batch_tokens,
             backend: options.backend,
             precision: options.precision,
+            task: None,
         };
         let default_length = embedder::config::tokenizer_max_length(dir)?;
         let encoder = Encoder::from_dir(dir, &encoder_options, default_length)?;

@@ -148,12 +148,12 @@ impl BertConfig {
     }
 
     fn heads(&self) -> Heads {
-        Heads {
-            query: self.num_attention_heads,
-            kv: self.num_attention_heads,
-            dim: self.head_size(),
-            causal: false,
-        }
+        Heads::new(
+            self.num_attention_heads,
+            self.num_attention_heads,
+            self.head_size(),
+            false,
+        )
     }
 }
 

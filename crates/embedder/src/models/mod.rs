@@ -1,25 +1,32 @@
 //! Model families behind one small interface.
 //!
-//! Each family is one file (`bert.rs`, `qwen3.rs`): its `config.json`
-//! fields, and the same forward pass on both engines — the native CPU engine
-//! (unpadded batches, fused kernels, f32 or bf16 linear layers) and a candle
-//! graph (the CUDA path, also runnable on the CPU to check the native one).
-//! Both implement [`Model`]: a batch of token sequences in, one pooled
-//! vector per sequence out. Adding a family is one new file and one arm in
-//! [`ModelConfig::read`] and [`load`].
+//! Each family is one file (`bert.rs`, `qwen3.rs`, `gemma3.rs`,
+//! `mistral.rs`): its `config.json` fields, and the same forward pass on
+//! both engines — the native CPU engine (unpadded batches, fused kernels,
+//! f32, bf16 or int8 linear layers) and a candle graph (the CUDA path, also
+//! runnable on the CPU to check the native one). The decoders share one
+//! engine (`decoder.rs`) that each family's config describes; per-task LoRA
+//! adapters merge into it at load (`lora.rs`). All implement [`Model`]: a
+//! batch of token sequences in, one pooled vector per sequence out. Adding
+//! a family is one new file and one arm in [`ModelConfig::read`] and
+//! [`load`].
 
 pub(crate) mod bert;
+pub(crate) mod decoder;
+pub(crate) mod gemma3;
+pub(crate) mod lora;
 pub(crate) mod qwen3;
 
 use std::path::Path;
 
 use crate::config::Pooling;
 use crate::error::{Error, Result};
-use crate::files::ModelFiles;
+use crate::files::{ModelFiles, Weights};
 use crate::linear::{Arithmetic, INT8_KEPT, Plan};
 use crate::{Backend, Precision};
 
 pub use bert::BertConfig;
+pub use gemma3::Gemma3Config;
 pub use qwen3::Qwen3Config;
 
 /// One tokenised input: token ids, and token types (empty: all type 0).
@@ -53,11 +60,26 @@ pub(crate) trait Model: Send + Sync {
 pub enum ModelConfig {
     /// BERT and RoBERTa-style encoders (MiniLM, e5, bge, arctic-embed, …).
     Bert(BertConfig),
-    /// Qwen3 decoders (Qwen3-Embedding, Qwen3-Reranker, …).
+    /// Qwen3 decoders (Qwen3-Embedding, Qwen3-Reranker, pplx-embed run
+    /// bidirectionally, jina-embeddings-v5 with its LoRA adapters, …).
     Qwen3(Qwen3Config),
+    /// Gemma3 text decoders (harrier-oss-v1-270m, KaLM-Embedding-Gemma3).
+    Gemma3(Gemma3Config),
 }
 
 const BERT_TYPES: [&str; 4] = ["bert", "roberta", "xlm-roberta", "camembert"];
+
+/// Every `model_type` [`ModelConfig::read`] takes.
+pub const SUPPORTED_TYPES: [&str; 8] = [
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "camembert",
+    "qwen3",
+    "bidirectional_pplx_qwen3",
+    "gemma3_text",
+    "gemma3",
+];
 
 impl ModelConfig {
     /// Reads `config.json`, detecting the family from `model_type` (or
@@ -72,7 +94,18 @@ impl ModelConfig {
             .and_then(serde_json::Value::as_str);
         match (model_type, architecture) {
             (Some("qwen3"), _) | (None, Some("Qwen3Model" | "Qwen3ForCausalLM")) => {
-                Ok(Self::Qwen3(Qwen3Config::parse(path, value)?))
+                Ok(Self::Qwen3(Qwen3Config::parse(path, value, false)?))
+            }
+            (Some("bidirectional_pplx_qwen3"), _) => {
+                Ok(Self::Qwen3(Qwen3Config::parse(path, value, true)?))
+            }
+            (Some("gemma3_text"), _) => Ok(Self::Gemma3(Gemma3Config::parse(path, value)?)),
+            (Some("gemma3"), _) => {
+                // The multimodal wrapper: the text decoder's config is nested.
+                let text = value.get("text_config").cloned().ok_or_else(|| {
+                    Error::format(path, "text_config: a gemma3 model needs one".to_owned())
+                })?;
+                Ok(Self::Gemma3(Gemma3Config::parse(path, text)?))
             }
             (Some(t), _) if BERT_TYPES.contains(&t) => {
                 Ok(Self::Bert(BertConfig::parse(path, value)?))
@@ -81,8 +114,8 @@ impl ModelConfig {
             (Some(other), _) => Err(Error::format(
                 path,
                 format!(
-                    "model_type: {other:?} is not a supported architecture ({}, qwen3)",
-                    BERT_TYPES.join(", ")
+                    "model_type: {other:?} is not a supported architecture (supported: {})",
+                    SUPPORTED_TYPES.join(", ")
                 ),
             )),
         }
@@ -93,6 +126,7 @@ impl ModelConfig {
         match self {
             Self::Bert(_) => "bert",
             Self::Qwen3(_) => "qwen3",
+            Self::Gemma3(_) => "gemma3",
         }
     }
 
@@ -101,6 +135,7 @@ impl ModelConfig {
         match self {
             Self::Bert(c) => c.hidden_size,
             Self::Qwen3(c) => c.hidden_size,
+            Self::Gemma3(c) => c.hidden_size,
         }
     }
 
@@ -109,6 +144,7 @@ impl ModelConfig {
         match self {
             Self::Bert(c) => c.vocab_size,
             Self::Qwen3(c) => c.vocab_size,
+            Self::Gemma3(c) => c.vocab_size,
         }
     }
 
@@ -116,7 +152,7 @@ impl ModelConfig {
     pub fn type_vocab_size(&self) -> usize {
         match self {
             Self::Bert(c) => c.type_vocab_size,
-            Self::Qwen3(_) => 1,
+            Self::Qwen3(_) | Self::Gemma3(_) => 1,
         }
     }
 
@@ -125,15 +161,27 @@ impl ModelConfig {
         match self {
             Self::Bert(c) => c.max_input_length(),
             Self::Qwen3(c) => c.max_position_embeddings,
+            Self::Gemma3(c) => c.max_position_embeddings,
         }
     }
 
     /// The pooling that fits where the directory names none: the mean for
-    /// encoders, the last token for (causal) decoders.
+    /// encoders and bidirectional decoders, the last token for causal ones.
     pub fn default_pooling(&self) -> Pooling {
         match self {
             Self::Bert(_) => Pooling::Mean,
-            Self::Qwen3(_) => Pooling::LastToken,
+            Self::Qwen3(c) if c.bidirectional => Pooling::Mean,
+            Self::Gemma3(c) if c.bidirectional => Pooling::Mean,
+            Self::Qwen3(_) | Self::Gemma3(_) => Pooling::LastToken,
+        }
+    }
+
+    /// A decoder's shape and arithmetic, and where its weights sit.
+    fn decoder(&self) -> Option<(decoder::Spec, &'static [&'static str])> {
+        match self {
+            Self::Bert(_) => None,
+            Self::Qwen3(c) => Some((c.spec(), &qwen3::PREFIXES)),
+            Self::Gemma3(c) => Some((c.spec.clone(), &gemma3::PREFIXES)),
         }
     }
 }
@@ -158,19 +206,46 @@ fn native_plan(precision: Precision) -> (Plan, String) {
     (plan, note)
 }
 
-/// Loads `config`'s weights on the engine `backend` asks for; returns the
-/// model and where it runs, in words.
+/// Loads `config`'s weights on the engine `backend` asks for, with the LoRA
+/// adapter of `task` merged where the model has adapters; returns the model
+/// and where it runs, in words.
 pub(crate) fn load(
     config: &ModelConfig,
     files: &ModelFiles,
     backend: Backend,
     precision: Precision,
+    task: Option<&str>,
 ) -> Result<(Box<dyn Model>, String)> {
     let (plan, precision_note) = native_plan(precision);
+    let decoder = config.decoder();
+    let adapters = lora::tasks(&files.dir);
+    let lora = match (task, adapters.is_empty(), &decoder) {
+        (Some(task), _, Some(_)) => Some(lora::Lora::open(&files.dir, task)?),
+        // The official registry selects `retrieval` (vLLM's default too).
+        (None, false, Some(_)) => Some(lora::Lora::open(&files.dir, "retrieval")?),
+        (Some(task), _, None) => {
+            return Err(Error::Invalid(format!(
+                "{}: task {task:?}: a {} model has no LoRA adapters",
+                files.dir.display(),
+                config.family()
+            )));
+        }
+        _ => None,
+    };
+    let weights = match &decoder {
+        Some((spec, prefixes)) => Some((
+            spec,
+            Weights::open(&files.weights, prefixes, decoder::EMBEDDINGS)?,
+        )),
+        None => None,
+    };
     let native = || -> Result<(Box<dyn Model>, String)> {
-        let model: Box<dyn Model> = match config {
-            ModelConfig::Bert(c) => Box::new(bert::NativeBert::load(files, c, plan)?),
-            ModelConfig::Qwen3(c) => Box::new(qwen3::NativeQwen3::load(files, c, plan)?),
+        let model: Box<dyn Model> = match (config, &weights) {
+            (ModelConfig::Bert(c), _) => Box::new(bert::NativeBert::load(files, c, plan)?),
+            (_, Some((spec, w))) => {
+                Box::new(decoder::NativeDecoder::load(w, spec, plan, lora.as_ref())?)
+            }
+            (_, None) => unreachable!("decoders have weights"),
         };
         let threads = rayon::current_num_threads();
         Ok((
@@ -179,9 +254,9 @@ pub(crate) fn load(
         ))
     };
     let candle = |device: &candle_core::Device| -> Result<Box<dyn Model>> {
-        Ok(match config {
-            ModelConfig::Bert(c) => Box::new(bert::CandleBert::load(files, c, device)?),
-            ModelConfig::Qwen3(c) => {
+        Ok(match (config, &weights) {
+            (ModelConfig::Bert(c), _) => Box::new(bert::CandleBert::load(files, c, device)?),
+            (_, Some((spec, w))) => {
                 // bf16 where the GPU does the arithmetic; the CPU graph stays
                 // f32 (it is the check of the native engine).
                 let dtype = if precision == Precision::Bf16 && device.is_cuda() {
@@ -189,28 +264,43 @@ pub(crate) fn load(
                 } else {
                     candle_core::DType::F32
                 };
-                Box::new(qwen3::CandleQwen3::load(files, c, device, dtype)?)
+                Box::new(decoder::CandleDecoder::load(
+                    files,
+                    w,
+                    spec,
+                    device,
+                    dtype,
+                    lora.as_ref(),
+                )?)
             }
+            (_, None) => unreachable!("decoders have weights"),
         })
     };
-    match backend {
-        Backend::Native => native(),
-        Backend::Candle => Ok((
+    let (model, device) = match backend {
+        Backend::Native => native()?,
+        Backend::Candle => (
             candle(&candle_core::Device::Cpu)?,
             "cpu (candle)".to_owned(),
-        )),
+        ),
         Backend::Cuda => match candle_core::Device::new_cuda(0) {
-            Ok(device) => Ok((candle(&device)?, "cuda:0 (candle)".to_owned())),
+            Ok(device) => (candle(&device)?, "cuda:0 (candle)".to_owned()),
             Err(e) => {
                 // Without the `cuda` feature candle's stand-in device answers
                 // that CUDA support is not compiled in.
                 let (model, device) = native()?;
-                Ok((
+                (
                     model,
                     format!("{device}: no GPU used, no CUDA device could be used ({e})"),
-                ))
+                )
             }
         },
+    };
+    match &lora {
+        Some(lora) => {
+            lora.check_all_merged()?;
+            Ok((model, format!("{device}, LoRA task {:?}", lora.task())))
+        }
+        None => Ok((model, device)),
     }
 }
 

@@ -1,0 +1,821 @@
+//! The decoder engine the Qwen3, Gemma3 and Mistral families share: pre-norm
+//! layers with RMSNorm, rotary positions, grouped-query attention (causal or
+//! bidirectional, full or in a sliding window, with or without per-head
+//! RMSNorm of queries and keys) and a gated feed-forward (SwiGLU or GeGLU).
+//! A family's file reads its `config.json` into a [`Spec`]; the weights,
+//! the native forward pass and the candle graph are here.
+//!
+//! Tensor names are the ones transformers gives all three
+//! (`embed_tokens`, `layers.N.self_attn.{q,k,v,o}_proj`, `mlp.{gate,up,down}_proj`,
+//! `input_layernorm`, `post_attention_layernorm`, `norm`); Gemma's four
+//! norms per layer add `pre_feedforward_layernorm` and
+//! `post_feedforward_layernorm`, and make `post_attention_layernorm` the
+//! norm of the attention's output rather than of the feed-forward's input.
+//!
+//! Native engine: sequences laid end to end, attention tiled with an online
+//! softmax (memory linear in the length, sliding windows included), the
+//! feed-forward run in blocks of rows. candle engine: the same graph on
+//! right-padded batches with an explicit mask per sequence (the CUDA path).
+
+use candle_core::{DType, Device, Module, Tensor};
+use candle_nn::{Linear as CandleLinear, VarBuilder};
+use rayon::prelude::*;
+
+use super::lora::Lora;
+use super::{Model, Pool, Reused, Tokens, pool_padded, pool_states, sized};
+use crate::attention::{self, Heads, QkvLayout};
+use crate::config::Pooling;
+use crate::error::{Error, Result};
+use crate::files::{ModelFiles, Weights};
+use crate::kernels;
+use crate::linear::{Linear, Plan, ROW_BLOCK, Role};
+
+/// The feed-forward's gate activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Activation {
+    /// `silu(gate) · up` (Qwen3, Mistral).
+    Silu,
+    /// `gelu_tanh(gate) · up` (Gemma).
+    GeluTanh,
+}
+
+/// A rotary embedding: base and linear position scaling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Rope {
+    pub(crate) theta: f64,
+    /// Positions are divided by it (`rope_type = "linear"`; 1 otherwise).
+    pub(crate) factor: f64,
+}
+
+/// What differs between one decoder layer and the next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LayerKind {
+    /// The sliding window (see [`Heads::window`]), or none.
+    pub(crate) window: Option<usize>,
+    /// Index into [`Spec::ropes`].
+    pub(crate) rope: usize,
+}
+
+/// A decoder's shape and arithmetic, as its family's config says.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Spec {
+    pub(crate) vocab: usize,
+    pub(crate) hidden: usize,
+    pub(crate) intermediate: usize,
+    pub(crate) query_heads: usize,
+    pub(crate) kv_heads: usize,
+    pub(crate) head_dim: usize,
+    pub(crate) eps: f64,
+    /// Whether token t sees only tokens ≤ t.
+    pub(crate) causal: bool,
+    /// The factor of `Q·Kᵀ`.
+    pub(crate) scale: f32,
+    /// Token embeddings times √hidden, in the embeddings' dtype (Gemma).
+    pub(crate) scaled_embeddings: bool,
+    /// RMSNorm computes `x · (1 + w)` (Gemma), not `x · w`.
+    pub(crate) unit_offset: bool,
+    /// Per-head RMSNorm of queries and keys (Qwen3, Gemma3).
+    pub(crate) qk_norm: bool,
+    /// Norms after the attention and after the feed-forward too (Gemma).
+    pub(crate) sandwich: bool,
+    pub(crate) activation: Activation,
+    /// Biases on the query, key, value and output projections.
+    pub(crate) attention_bias: bool,
+    pub(crate) ropes: Vec<Rope>,
+    /// One per layer.
+    pub(crate) layers: Vec<LayerKind>,
+}
+
+impl Spec {
+    fn heads(&self, kind: LayerKind) -> Heads {
+        let mut heads = Heads::new(self.query_heads, self.kv_heads, self.head_dim, self.causal);
+        heads.window = kind.window;
+        heads.scale = self.scale;
+        heads
+    }
+
+    /// Checks what every family needs: heads that group, an even head
+    /// width, positive sizes.
+    pub(crate) fn check(&self) -> std::result::Result<(), (&'static str, String)> {
+        let (q, kv, d) = (self.query_heads, self.kv_heads, self.head_dim);
+        if q == 0 || kv == 0 || !q.is_multiple_of(kv) {
+            return Err((
+                "num_key_value_heads",
+                format!("{kv} does not divide num_attention_heads {q}"),
+            ));
+        }
+        if d == 0 || d % 2 == 1 {
+            return Err(("head_dim", format!("{d} is not a positive even width")));
+        }
+        if self.hidden == 0 || self.vocab == 0 || self.intermediate == 0 {
+            return Err((
+                "hidden_size",
+                "hidden_size, intermediate_size and vocab_size must be positive".to_owned(),
+            ));
+        }
+        if let Some(w) = self
+            .layers
+            .iter()
+            .find_map(|l| l.window.filter(|&w| w == 0))
+        {
+            return Err(("sliding_window", format!("{w} is not a window")));
+        }
+        Ok(())
+    }
+}
+
+/// Rotary tables for positions `0..len`: `cos` and `sin`, `len × head_dim/2`.
+///
+/// Computed as transformers computes them, so that long inputs agree: the
+/// inverse frequencies `1 / θ^(2i/d)` in f32 (divided by the linear
+/// factor), each angle the f32 product of position and frequency, and its
+/// cosine and sine (of that f32 angle).
+pub(crate) fn rope_tables(rope: Rope, head_dim: usize, len: usize) -> (Vec<f32>, Vec<f32>) {
+    let half = head_dim / 2;
+    let theta = rope.theta as f32;
+    let factor = rope.factor as f32;
+    let inv: Vec<f32> = (0..half)
+        .map(|i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32) / factor)
+        .collect();
+    let mut cos = vec![0.0f32; len * half];
+    let mut sin = vec![0.0f32; len * half];
+    cos.par_chunks_mut(half)
+        .zip(sin.par_chunks_mut(half))
+        .enumerate()
+        .for_each(|(p, (c, s))| {
+            for ((c, s), &f) in c.iter_mut().zip(s.iter_mut()).zip(&inv) {
+                let angle = f64::from(p as f32 * f);
+                *c = angle.cos() as f32;
+                *s = angle.sin() as f32;
+            }
+        });
+    (cos, sin)
+}
+
+/// Rotates one head in place: `x·cos + rotate_half(x)·sin`.
+fn rotate(x: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let half = x.len() / 2;
+    let (a, b) = x.split_at_mut(half);
+    for i in 0..half {
+        let (x1, x2) = (a[i], b[i]);
+        a[i] = x1 * cos[i] - x2 * sin[i];
+        b[i] = x2 * cos[i] + x1 * sin[i];
+    }
+}
+
+/// The embedding matrix's name under the prefix.
+pub(crate) const EMBEDDINGS: &str = "embed_tokens.weight";
+
+/// The factor of the token embeddings (√hidden, rounded as the embeddings'
+/// dtype rounds it), and whether products are rounded to bf16 too.
+fn embedding_scale(spec: &Spec, w: &Weights) -> Option<(f32, bool)> {
+    if !spec.scaled_embeddings {
+        return None;
+    }
+    let root = (spec.hidden as f32).sqrt();
+    Some(match w.dtype(EMBEDDINGS) {
+        Some(safetensors::Dtype::BF16) => (half::bf16::from_f32(root).to_f32(), true),
+        Some(safetensors::Dtype::F16) => (half::f16::from_f32(root).to_f32(), false),
+        _ => (root, false),
+    })
+}
+
+struct Layer {
+    input_norm: Vec<f32>,
+    /// Query, key and value in one product.
+    qkv: Linear,
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    output: Linear,
+    /// Norm of the attention's output (sandwich layers).
+    attention_out_norm: Option<Vec<f32>>,
+    /// Norm of the feed-forward's input.
+    feed_forward_norm: Vec<f32>,
+    /// Gate and up projections in one product (gate first).
+    gate_up: Linear,
+    down: Linear,
+    /// Norm of the feed-forward's output (sandwich layers).
+    feed_forward_out_norm: Option<Vec<f32>>,
+    kind: LayerKind,
+}
+
+/// Rows of the feed-forward run at once (bounds its buffers).
+const FEED_FORWARD_ROWS: usize = 1024;
+
+/// Decoder weights ready for the native forward pass.
+pub(crate) struct NativeDecoder {
+    spec: Spec,
+    embed: Vec<f32>,
+    embed_scale: Option<(f32, bool)>,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    buffers: Reused<Buffers>,
+}
+
+/// The activations of a forward pass, kept from one batch to the next.
+#[derive(Default)]
+struct Buffers {
+    x: Vec<f32>,
+    y: Vec<f32>,
+    normed: Vec<f32>,
+    qkv: Vec<f32>,
+    context: Vec<f32>,
+    gate_up: Vec<f32>,
+    act: Vec<f32>,
+    attention: attention::Packed,
+}
+
+/// Where the layer weights of a decoder are read: the checkpoint, and the
+/// LoRA adapter merged into its projections (if any).
+struct Source<'a> {
+    w: &'a Weights,
+    lora: Option<&'a Lora>,
+}
+
+impl Source<'_> {
+    fn norm(&self, name: &str, width: usize, unit_offset: bool) -> Result<Vec<f32>> {
+        let mut v = self.w.get(&format!("{name}.weight"), &[width])?;
+        if unit_offset {
+            for x in &mut v {
+                *x += 1.0;
+            }
+        }
+        Ok(v)
+    }
+
+    /// `name.weight` (`outputs × inputs`) with the adapter's `B·A` merged,
+    /// and `name.bias` where there is one.
+    fn matrix(
+        &self,
+        name: &str,
+        inputs: usize,
+        outputs: usize,
+        bias: bool,
+    ) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
+        let mut weight = self.w.get(&format!("{name}.weight"), &[outputs, inputs])?;
+        if let Some(lora) = self.lora {
+            lora.merge(name, &mut weight, inputs, outputs)?;
+        }
+        let bias = if bias {
+            Some(self.w.get(&format!("{name}.bias"), &[outputs])?)
+        } else {
+            None
+        };
+        Ok((weight, bias))
+    }
+
+    fn linear(&self, name: &str, inputs: usize, outputs: usize, bias: bool) -> Result<Linear> {
+        let (weight, bias) = self.matrix(name, inputs, outputs, bias)?;
+        Ok(Linear::new(weight, bias, inputs, outputs))
+    }
+}
+
+/// The names of one layer's norms: attention input, attention output,
+/// feed-forward input, feed-forward output.
+fn norm_names(spec: &Spec, p: &str) -> [Option<String>; 4] {
+    let name = |n: &str| Some(format!("{p}.{n}"));
+    if spec.sandwich {
+        [
+            name("input_layernorm"),
+            name("post_attention_layernorm"),
+            name("pre_feedforward_layernorm"),
+            name("post_feedforward_layernorm"),
+        ]
+    } else {
+        [
+            name("input_layernorm"),
+            None,
+            name("post_attention_layernorm"),
+            None,
+        ]
+    }
+}
+
+impl NativeDecoder {
+    pub(crate) fn load(w: &Weights, spec: &Spec, plan: Plan, lora: Option<&Lora>) -> Result<Self> {
+        let src = Source { w, lora };
+        let (h, d, i) = (spec.hidden, spec.head_dim, spec.intermediate);
+        let q_width = spec.query_heads * d;
+        let kv_width = spec.kv_heads * d;
+        let bias = spec.attention_bias;
+        let off = spec.unit_offset;
+        let mut layers = Vec::with_capacity(spec.layers.len());
+        for (l, &kind) in spec.layers.iter().enumerate() {
+            let p = format!("layers.{l}");
+            let a = format!("{p}.self_attn");
+            let m = format!("{p}.mlp");
+            let [input, attention_out, feed_forward, feed_forward_out] = norm_names(spec, &p);
+            let optional = |name: Option<String>, width| -> Result<Option<Vec<f32>>> {
+                name.map(|n| src.norm(&n, width, off)).transpose()
+            };
+            let qk = |n: &str| spec.qk_norm.then(|| format!("{a}.{n}"));
+            let mut layer = Layer {
+                input_norm: src.norm(&input.unwrap_or_default(), h, off)?,
+                qkv: Linear::stack(vec![
+                    src.linear(&format!("{a}.q_proj"), h, q_width, bias)?,
+                    src.linear(&format!("{a}.k_proj"), h, kv_width, bias)?,
+                    src.linear(&format!("{a}.v_proj"), h, kv_width, bias)?,
+                ]),
+                q_norm: optional(qk("q_norm"), d)?,
+                k_norm: optional(qk("k_norm"), d)?,
+                output: src.linear(&format!("{a}.o_proj"), q_width, h, bias)?,
+                attention_out_norm: optional(attention_out, h)?,
+                feed_forward_norm: src.norm(&feed_forward.unwrap_or_default(), h, off)?,
+                gate_up: Linear::stack(vec![
+                    src.linear(&format!("{m}.gate_proj"), h, i, false)?,
+                    src.linear(&format!("{m}.up_proj"), h, i, false)?,
+                ]),
+                down: src.linear(&format!("{m}.down_proj"), i, h, false)?,
+                feed_forward_out_norm: optional(feed_forward_out, h)?,
+                kind,
+            };
+            for (linear, role) in [
+                (&mut layer.qkv, Role::AttentionIn),
+                (&mut layer.output, Role::AttentionOut),
+                (&mut layer.gate_up, Role::FeedForwardIn),
+                (&mut layer.down, Role::FeedForwardOut),
+            ] {
+                linear.prepare(plan.of(role));
+            }
+            layers.push(layer);
+        }
+        Ok(Self {
+            embed: w.get(EMBEDDINGS, &[spec.vocab, h])?,
+            embed_scale: embedding_scale(spec, w),
+            norm: src.norm("norm", h, off)?,
+            layers,
+            spec: spec.clone(),
+            buffers: Reused::default(),
+        })
+    }
+
+    fn rms_norm_rows(xs: &mut [f32], width: usize, weight: &[f32], eps: f32) {
+        xs.par_chunks_mut(width * ROW_BLOCK)
+            .for_each(|rows| kernels::rms_norm(rows, width, weight, eps));
+    }
+
+    /// `x += y`, row blocks in parallel.
+    fn add_rows(x: &mut [f32], y: &[f32], width: usize) {
+        x.par_chunks_mut(width * ROW_BLOCK)
+            .zip(y.par_chunks(width * ROW_BLOCK))
+            .for_each(|(x, y)| {
+                for (x, y) in x.iter_mut().zip(y) {
+                    *x += y;
+                }
+            });
+    }
+}
+
+impl Model for NativeDecoder {
+    fn forward(&self, batch: &[&Tokens], pool: Pool) -> Result<Vec<f32>> {
+        self.buffers
+            .with(|buffers| Ok(self.run(batch, pool, buffers)))
+    }
+}
+
+/// The row each sequence's pooling picks, where it picks one (CLS or last
+/// token); `None` for the mean.
+fn picked_rows(lengths: &[usize], pool: Pool) -> Option<Vec<usize>> {
+    if pool.pooling == Pooling::Mean {
+        return None;
+    }
+    let mut start = 0;
+    Some(
+        lengths
+            .iter()
+            .map(|&n| {
+                let row = start
+                    + if pool.pooling == Pooling::Cls {
+                        pool.skip.min(n.saturating_sub(1))
+                    } else {
+                        n.saturating_sub(1)
+                    };
+                start += n;
+                row
+            })
+            .collect(),
+    )
+}
+
+impl NativeDecoder {
+    fn run(&self, batch: &[&Tokens], pool: Pool, b: &mut Buffers) -> Vec<f32> {
+        let c = &self.spec;
+        let (h, d, inter) = (c.hidden, c.head_dim, c.intermediate);
+        let eps = c.eps as f32;
+        let layout = QkvLayout::fused(c.heads(LayerKind {
+            window: None,
+            rope: 0,
+        }));
+        let lengths: Vec<usize> = batch.iter().map(|t| t.ids.len()).collect();
+        let tokens: usize = lengths.iter().sum();
+        let longest = lengths.iter().copied().max().unwrap_or(0);
+        let tables: Vec<(Vec<f32>, Vec<f32>)> = c
+            .ropes
+            .iter()
+            .map(|&r| rope_tables(r, d, longest))
+            .collect();
+        let positions: Vec<usize> = lengths.iter().flat_map(|&n| 0..n).collect();
+        // Where pooling picks one row per sequence, the last layer's output
+        // projection and feed-forward run on those rows only.
+        let picked = picked_rows(&lengths, pool);
+
+        let x = sized(&mut b.x, tokens * h);
+        for (row, &id) in x
+            .chunks_exact_mut(h)
+            .zip(batch.iter().flat_map(|t| t.ids.iter()))
+        {
+            let id = id as usize;
+            row.copy_from_slice(&self.embed[id * h..(id + 1) * h]);
+            if let Some((scale, bf16)) = self.embed_scale {
+                for v in row.iter_mut() {
+                    *v *= scale;
+                    if bf16 {
+                        *v = half::bf16::from_f32(*v).to_f32();
+                    }
+                }
+            }
+        }
+        sized(&mut b.y, tokens * h);
+        sized(&mut b.normed, tokens * h);
+        sized(&mut b.qkv, tokens * layout.stride);
+        sized(&mut b.context, tokens * c.query_heads * d);
+        let ff_rows = tokens.min(FEED_FORWARD_ROWS);
+        sized(&mut b.gate_up, ff_rows * 2 * inter);
+        sized(&mut b.act, ff_rows * inter);
+        let last = self.layers.len().saturating_sub(1);
+        for (l, layer) in self.layers.iter().enumerate() {
+            let heads = c.heads(layer.kind);
+            let (cos, sin) = &tables[layer.kind.rope];
+            b.normed.copy_from_slice(&b.x);
+            Self::rms_norm_rows(&mut b.normed, h, &layer.input_norm, eps);
+            layer.qkv.forward(&b.normed, tokens, &mut b.qkv, None);
+            // Per-head RMSNorm of queries and keys, then rotary positions.
+            let half = d / 2;
+            b.qkv
+                .par_chunks_mut(layout.stride)
+                .zip(positions.par_iter())
+                .for_each(|(row, &p)| {
+                    let (cos, sin) = (
+                        &cos[p * half..(p + 1) * half],
+                        &sin[p * half..(p + 1) * half],
+                    );
+                    let (q, kv) = row.split_at_mut(layout.k);
+                    for head in q.chunks_exact_mut(d) {
+                        if let Some(w) = &layer.q_norm {
+                            kernels::rms_norm(head, d, w, eps);
+                        }
+                        rotate(head, cos, sin);
+                    }
+                    for head in kv[..heads.kv * d].chunks_exact_mut(d) {
+                        if let Some(w) = &layer.k_norm {
+                            kernels::rms_norm(head, d, w, eps);
+                        }
+                        rotate(head, cos, sin);
+                    }
+                });
+            attention::attention(
+                heads,
+                &lengths,
+                &b.qkv,
+                layout,
+                &mut b.context,
+                &mut b.attention,
+            );
+            let rows = match (&picked, l == last) {
+                (Some(picked), true) => {
+                    // Gather the picked rows to the front of each buffer.
+                    let width = heads.query * d;
+                    for (i, &row) in picked.iter().enumerate() {
+                        b.context
+                            .copy_within(row * width..(row + 1) * width, i * width);
+                        b.x.copy_within(row * h..(row + 1) * h, i * h);
+                    }
+                    picked.len()
+                }
+                _ => tokens,
+            };
+            let n = rows * h;
+            match &layer.attention_out_norm {
+                None => {
+                    layer
+                        .output
+                        .forward(&b.context, rows, &mut b.y[..n], Some(&b.x[..n]));
+                    std::mem::swap(&mut b.x, &mut b.y);
+                }
+                Some(norm) => {
+                    layer.output.forward(&b.context, rows, &mut b.y[..n], None);
+                    Self::rms_norm_rows(&mut b.y[..n], h, norm, eps);
+                    Self::add_rows(&mut b.x[..n], &b.y[..n], h);
+                }
+            }
+            b.normed[..n].copy_from_slice(&b.x[..n]);
+            Self::rms_norm_rows(&mut b.normed[..n], h, &layer.feed_forward_norm, eps);
+            let mut r0 = 0;
+            while r0 < rows {
+                let m = (rows - r0).min(FEED_FORWARD_ROWS);
+                let span = r0 * h..(r0 + m) * h;
+                layer
+                    .gate_up
+                    .forward(&b.normed[span.clone()], m, &mut b.gate_up, None);
+                let activation = match c.activation {
+                    Activation::Silu => kernels::silu_mul,
+                    Activation::GeluTanh => kernels::gelu_tanh_mul,
+                };
+                b.act[..m * inter]
+                    .par_chunks_mut(inter * ROW_BLOCK)
+                    .zip(b.gate_up[..m * 2 * inter].par_chunks(2 * inter * ROW_BLOCK))
+                    .for_each(|(a, g)| activation(g, a, inter));
+                let residual = layer
+                    .feed_forward_out_norm
+                    .is_none()
+                    .then(|| &b.x[span.clone()]);
+                layer
+                    .down
+                    .forward(&b.act[..m * inter], m, &mut b.y[span.clone()], residual);
+                r0 += m;
+            }
+            match &layer.feed_forward_out_norm {
+                None => std::mem::swap(&mut b.x, &mut b.y),
+                Some(norm) => {
+                    Self::rms_norm_rows(&mut b.y[..n], h, norm, eps);
+                    Self::add_rows(&mut b.x[..n], &b.y[..n], h);
+                }
+            }
+            if rows < tokens {
+                // The picked rows, one per sequence, in order.
+                let mut out = b.x[..n].to_vec();
+                Self::rms_norm_rows(&mut out, h, &self.norm, eps);
+                return out;
+            }
+        }
+        match pool.pooling {
+            // The final norm is per token: applied to the pooled rows only
+            // where pooling picks rows.
+            Pooling::Mean => {
+                Self::rms_norm_rows(&mut b.x, h, &self.norm, eps);
+                pool_states(&b.x, &lengths, h, pool)
+            }
+            Pooling::Cls | Pooling::LastToken => {
+                let mut picked = pool_states(&b.x, &lengths, h, pool);
+                Self::rms_norm_rows(&mut picked, h, &self.norm, eps);
+                picked
+            }
+        }
+    }
+}
+
+/// The same forward pass as a candle graph (the CUDA path).
+pub(crate) struct CandleDecoder {
+    spec: Spec,
+    embed: Tensor,
+    embed_scale: Option<f64>,
+    layers: Vec<CandleLayer>,
+    norm: Tensor,
+    device: Device,
+    dtype: DType,
+}
+
+struct CandleLayer {
+    input_norm: Tensor,
+    q: CandleLinear,
+    k: CandleLinear,
+    v: CandleLinear,
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    o: CandleLinear,
+    attention_out_norm: Option<Tensor>,
+    feed_forward_norm: Tensor,
+    gate: CandleLinear,
+    up: CandleLinear,
+    down: CandleLinear,
+    feed_forward_out_norm: Option<Tensor>,
+    kind: LayerKind,
+}
+
+/// Attention scores held at once, in elements (bounds the memory of long
+/// inputs: queries are processed in chunks).
+const SCORE_BUDGET: usize = 1 << 28;
+
+impl CandleDecoder {
+    pub(crate) fn load(
+        files: &ModelFiles,
+        w: &Weights,
+        spec: &Spec,
+        device: &Device,
+        dtype: DType,
+        lora: Option<&Lora>,
+    ) -> Result<Self> {
+        let weights_path = w.path().to_path_buf();
+        let bad = |e: candle_core::Error| Error::format(&weights_path, e.to_string());
+        // SAFETY: as for `TensorFile::open`: read-only maps of files that are
+        // not modified while the model loads.
+        let root = unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, dtype, device) }
+            .map_err(bad)?;
+        let vb = if w.prefix().is_empty() {
+            root
+        } else {
+            root.pp(w.prefix().trim_end_matches('.'))
+        };
+        let src = Source { w, lora };
+        let (h, d, i) = (spec.hidden, spec.head_dim, spec.intermediate);
+        let q_width = spec.query_heads * d;
+        let kv_width = spec.kv_heads * d;
+        let off = spec.unit_offset;
+        let norm = |name: &str, width: usize| -> Result<Tensor> {
+            let t = vb.get(width, &format!("{name}.weight")).map_err(bad)?;
+            if off { (t + 1.0).map_err(bad) } else { Ok(t) }
+        };
+        let optional = |name: Option<String>, width| -> Result<Option<Tensor>> {
+            name.map(|n| norm(&n, width)).transpose()
+        };
+        let linear =
+            |name: &str, inputs: usize, outputs: usize, bias: bool| -> Result<CandleLinear> {
+                let (weight, bias) = if lora.is_some() {
+                    // Merged in f32, then stored in the engine's dtype.
+                    let (weight, bias) = src.matrix(name, inputs, outputs, bias)?;
+                    let tensor = |v: Vec<f32>, shape: &[usize]| {
+                        Tensor::from_vec(v, shape, device)
+                            .and_then(|t| t.to_dtype(dtype))
+                            .map_err(bad)
+                    };
+                    (
+                        tensor(weight, &[outputs, inputs])?,
+                        bias.map(|b| tensor(b, &[outputs])).transpose()?,
+                    )
+                } else {
+                    let weight = vb
+                        .get((outputs, inputs), &format!("{name}.weight"))
+                        .map_err(bad)?;
+                    let bias = bias
+                        .then(|| vb.get(outputs, &format!("{name}.bias")))
+                        .transpose()
+                        .map_err(bad)?;
+                    (weight, bias)
+                };
+                Ok(CandleLinear::new(weight, bias))
+            };
+        let b = spec.attention_bias;
+        let mut layers = Vec::with_capacity(spec.layers.len());
+        for (l, &kind) in spec.layers.iter().enumerate() {
+            let p = format!("layers.{l}");
+            let a = format!("{p}.self_attn");
+            let m = format!("{p}.mlp");
+            let [input, attention_out, feed_forward, feed_forward_out] = norm_names(spec, &p);
+            let qk = |n: &str| spec.qk_norm.then(|| format!("{a}.{n}"));
+            layers.push(CandleLayer {
+                input_norm: norm(&input.unwrap_or_default(), h)?,
+                q: linear(&format!("{a}.q_proj"), h, q_width, b)?,
+                k: linear(&format!("{a}.k_proj"), h, kv_width, b)?,
+                v: linear(&format!("{a}.v_proj"), h, kv_width, b)?,
+                q_norm: optional(qk("q_norm"), d)?,
+                k_norm: optional(qk("k_norm"), d)?,
+                o: linear(&format!("{a}.o_proj"), q_width, h, b)?,
+                attention_out_norm: optional(attention_out, h)?,
+                feed_forward_norm: norm(&feed_forward.unwrap_or_default(), h)?,
+                gate: linear(&format!("{m}.gate_proj"), h, i, false)?,
+                up: linear(&format!("{m}.up_proj"), h, i, false)?,
+                down: linear(&format!("{m}.down_proj"), i, h, false)?,
+                feed_forward_out_norm: optional(feed_forward_out, h)?,
+                kind,
+            });
+        }
+        Ok(Self {
+            embed: vb.get((spec.vocab, h), EMBEDDINGS).map_err(bad)?,
+            embed_scale: embedding_scale(spec, w).map(|(s, _)| f64::from(s)),
+            norm: norm("norm", h)?,
+            layers,
+            spec: spec.clone(),
+            device: device.clone(),
+            dtype,
+        })
+    }
+
+    /// The additive mask of query rows `c0..c0 + n` against all `len` keys
+    /// of each sequence (`batch × 1 × n × len`): 0 where the query sees the
+    /// key (inside its span and not padding), −∞ elsewhere.
+    fn mask(
+        &self,
+        heads: Heads,
+        lengths: &[usize],
+        len: usize,
+        c0: usize,
+        n: usize,
+    ) -> candle_core::Result<Tensor> {
+        let mut mask = Vec::with_capacity(lengths.len() * n * len);
+        for &real in lengths {
+            for r in c0..c0 + n {
+                let (lo, hi) = heads.span(r.min(real.saturating_sub(1)), real);
+                mask.extend((0..len).map(|j| {
+                    if j >= lo && j < hi {
+                        0.0
+                    } else {
+                        f32::NEG_INFINITY
+                    }
+                }));
+            }
+        }
+        Tensor::from_vec(mask, (lengths.len(), 1, n, len), &self.device)?.to_dtype(self.dtype)
+    }
+
+    fn run(&self, batch: &[&Tokens], pool: Pool) -> candle_core::Result<Vec<f32>> {
+        let c = &self.spec;
+        let eps = c.eps as f32;
+        let (nq, nkv, d) = (c.query_heads, c.kv_heads, c.head_dim);
+        let lengths: Vec<usize> = batch.iter().map(|t| t.ids.len()).collect();
+        let b = batch.len();
+        let len = lengths.iter().copied().max().unwrap_or(0);
+        // Right padding (token 0), masked out of every real token's view.
+        let ids: Vec<u32> = batch
+            .iter()
+            .flat_map(|t| {
+                t.ids
+                    .iter()
+                    .copied()
+                    .chain(std::iter::repeat_n(0, len - t.ids.len()))
+            })
+            .collect();
+        let ids = Tensor::from_vec(ids, b * len, &self.device)?;
+        let mut x = self
+            .embed
+            .index_select(&ids, 0)?
+            .reshape((b, len, c.hidden))?;
+        if let Some(scale) = self.embed_scale {
+            x = (x * scale)?;
+        }
+        let tables = c
+            .ropes
+            .iter()
+            .map(|&r| {
+                let (cos, sin) = rope_tables(r, d, len);
+                Ok((
+                    Tensor::from_vec(cos, (len, d / 2), &self.device)?.to_dtype(self.dtype)?,
+                    Tensor::from_vec(sin, (len, d / 2), &self.device)?.to_dtype(self.dtype)?,
+                ))
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let chunk = (SCORE_BUDGET / (b * nq * len).max(1)).clamp(1, len.max(1));
+        for layer in &self.layers {
+            let heads = c.heads(layer.kind);
+            let (cos, sin) = &tables[layer.kind.rope];
+            let hs = candle_nn::ops::rms_norm(&x, &layer.input_norm, eps)?;
+            let split = |proj: &CandleLinear,
+                         n: usize,
+                         norm: Option<&Tensor>|
+             -> candle_core::Result<Tensor> {
+                let t = proj.forward(&hs)?.reshape((b, len, n, d))?;
+                let t = match norm {
+                    Some(w) => candle_nn::ops::rms_norm(&t, w, eps)?,
+                    None => t,
+                };
+                t.transpose(1, 2)?.contiguous()
+            };
+            let q = split(&layer.q, nq, layer.q_norm.as_ref())?;
+            let k = split(&layer.k, nkv, layer.k_norm.as_ref())?;
+            let v = split(&layer.v, nkv, None)?;
+            let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
+            let k = candle_nn::rotary_emb::rope(&k, cos, sin)?;
+            let k = candle_transformers::utils::repeat_kv(k, nq / nkv)?.contiguous()?;
+            let v = candle_transformers::utils::repeat_kv(v, nq / nkv)?.contiguous()?;
+            let kt = k.t()?;
+            let mut parts = Vec::new();
+            let mut c0 = 0;
+            while c0 < len {
+                let n = chunk.min(len - c0);
+                let mask = self.mask(heads, &lengths, len, c0, n)?;
+                let scores = (q.narrow(2, c0, n)?.matmul(&kt)? * f64::from(heads.scale))?
+                    .broadcast_add(&mask)?;
+                let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+                parts.push(probs.matmul(&v)?);
+                c0 += n;
+            }
+            let context = Tensor::cat(&parts, 2)?
+                .transpose(1, 2)?
+                .reshape((b, len, nq * d))?;
+            let mut attended = layer.o.forward(&context)?;
+            if let Some(w) = &layer.attention_out_norm {
+                attended = candle_nn::ops::rms_norm(&attended, w, eps)?;
+            }
+            x = (x + attended)?;
+            let hs = candle_nn::ops::rms_norm(&x, &layer.feed_forward_norm, eps)?;
+            let gate = layer.gate.forward(&hs)?;
+            let gate = match c.activation {
+                Activation::Silu => candle_nn::ops::silu(&gate)?,
+                Activation::GeluTanh => gate.gelu()?,
+            };
+            let mut ff = layer.down.forward(&(gate * layer.up.forward(&hs)?)?)?;
+            if let Some(w) = &layer.feed_forward_out_norm {
+                ff = candle_nn::ops::rms_norm(&ff, w, eps)?;
+            }
+            x = (x + ff)?;
+        }
+        let x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
+        pool_padded(&x, &lengths, pool)
+    }
+}
+
+impl Model for CandleDecoder {
+    fn forward(&self, batch: &[&Tokens], pool: Pool) -> Result<Vec<f32>> {
+        self.run(batch, pool)
+            .map_err(|e| Error::Inference(e.to_string()))
+    }
+}

@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Reference outputs of transformers / sentence-transformers / peft (PyTorch, float32) for the
+registry architectures' TEST checkpoints (scripts/make_registry_models.py).
+
+Writes crates/embedder/tests/data/registry_reference.json: for each checkpoint, the token ids
+(length and sha256, as in qwen3_reference.json) and the f32 embeddings of the first 48 sample
+skills (official text `name | description | skill_md`, encode_document) at max_seq_length 512 and
+of the 24 sample queries (encode_query: the model's query prompt), batch size 8 (ragged,
+right-padded batches).
+
+- test-gemma3-embedding / test-gemma3-bidirectional: sentence-transformers 6.2 loads them as they
+  are (transformers' Gemma3TextModel; the bidirectional one with its window rewrite). Also
+  checked: transformers loads each with no missing or unexpected weights, the sliding window it
+  applies is 16 / 21, and the inputs are far longer than the window.
+- test-pplx-embedding: transformers has no `bidirectional_pplx_qwen3` (pplx-embed ships it as
+  remote code), so the reference runs transformers' Qwen3Model on the same weights with an
+  all-visible 4D attention mask over the real tokens (bidirectional), masked mean pooling, and
+  pplx-embed's Int8TanhQuantizer (`clamp(round(tanh(x)·127), -128, 127)`), in that order.
+- test-jina-v5: peft loads adapters/<task>/ onto transformers' Qwen3Model and merges it
+  (`merge_and_unload`), for tasks retrieval and text-matching; sentence-transformers then
+  pools and normalises (last token) with the prompts "Query: " / "Document: ".
+
+    pip install sentence-transformers==6.2.0 transformers==5.24.0 torch==2.15.0 peft==0.21.2
+    scripts/fetch-models.sh qwen3-tokenizer && python3 scripts/make_registry_models.py
+    python3 scripts/make_registry_fixture.py [--sample ../shared/skillret-sample]
+"""
+
+import argparse
+import base64
+import hashlib
+import json
+import platform
+import struct
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "models"
+OUT = ROOT / "crates/embedder/tests/data/registry_reference.json"
+SKILLS, MAX_LENGTH, BATCH = 48, 512, 8
+
+
+def skill_text(skill):
+    body = skill.get("skill_md") or ""
+    if not body.strip():
+        body = skill.get("description", "")
+    return f"{(skill.get('name') or '').strip()} | {(skill.get('description') or '').strip()} | {(body or '').strip()}"
+
+
+def digest(ids):
+    ids = [int(i) for i in ids]
+    return {
+        "len": len(ids),
+        "sha256": hashlib.sha256(struct.pack(f"<{len(ids)}I", *ids)).hexdigest(),
+        "head": ids[:64],
+        "tail": ids[-16:],
+    }
+
+
+def vectors(array):
+    array = np.asarray(array, dtype="<f4")
+    return {"dim": int(array.shape[1]), "f32le_base64": base64.b64encode(array.tobytes()).decode()}
+
+
+def st_encode(st, docs, queries):
+    st.max_seq_length = MAX_LENGTH
+    d = st.encode_document(docs, batch_size=BATCH, convert_to_numpy=True)
+    q = st.encode_query(queries, batch_size=BATCH, convert_to_numpy=True)
+    return d, q
+
+
+def token_digests(st, texts, prompt):
+    tok = st.tokenizer
+    return [digest(tok(prompt + t, truncation=True, max_length=MAX_LENGTH)["input_ids"]) for t in texts]
+
+
+def gemma3(name, docs, queries):
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoConfig, AutoModel
+
+    path = MODELS / name
+    model, info = AutoModel.from_pretrained(path, dtype=torch.float32, output_loading_info=True)
+    assert type(model).__name__ == "Gemma3TextModel", type(model)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    config = AutoConfig.from_pretrained(path)
+    st = SentenceTransformer(str(path), device="cpu")
+    d, q = st_encode(st, docs, queries)
+    prompt = st.prompts["query"]
+    return {
+        "applied_sliding_window": config.sliding_window,
+        "layer_types": config.layer_types,
+        "bidirectional": bool(config.use_bidirectional_attention),
+        "query_prompt": prompt,
+        "tokens": {"documents": token_digests(st, docs, ""), "queries": token_digests(st, queries, prompt)},
+        "documents": vectors(d),
+        "queries": vectors(q),
+    }
+
+
+def pplx(docs, queries):
+    import shutil
+    import tempfile
+
+    from transformers import AutoTokenizer, Qwen3Model
+
+    path = MODELS / "test-pplx-embedding"
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in ["model.safetensors", "tokenizer.json", "tokenizer_config.json"]:
+            shutil.copyfile(path / f, Path(tmp) / f)
+        config = json.loads((path / "config.json").read_text())
+        config["model_type"] = "qwen3"
+        (Path(tmp) / "config.json").write_text(json.dumps(config))
+        model, info = Qwen3Model.from_pretrained(tmp, dtype=torch.float32, output_loading_info=True)
+        assert not info["missing_keys"] and not info["unexpected_keys"], info
+        tok = AutoTokenizer.from_pretrained(tmp)
+    model.eval()
+
+    def encode(texts):
+        out = []
+        for start in range(0, len(texts), BATCH):
+            batch = tok(texts[start : start + BATCH], truncation=True, max_length=MAX_LENGTH, padding=True, return_tensors="pt")
+            keep = batch["attention_mask"].bool()
+            n = keep.shape[1]
+            # Every real token sees every real token; padding is seen by none.
+            visible = keep[:, None, None, :].expand(-1, 1, n, n)
+            with torch.inference_mode():
+                hidden = model(input_ids=batch["input_ids"], attention_mask=visible).last_hidden_state
+            m = keep.unsqueeze(-1).float()
+            pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1e-9)
+            soft = torch.tanh(pooled)
+            hard = torch.clamp(torch.round(soft * 127), -128, 127)
+            out.append((hard.detach() + soft - soft.detach()).numpy())
+        return np.concatenate(out)
+
+    # The mask really is bidirectional: the first token's state depends on the last one.
+    ids = tok(["alpha beta gamma"], return_tensors="pt")
+    n = ids["input_ids"].shape[1]
+    full = torch.ones(1, 1, n, n, dtype=torch.bool)
+    with torch.inference_mode():
+        a = model(input_ids=ids["input_ids"], attention_mask=full).last_hidden_state[0, 0]
+        ids2 = ids["input_ids"].clone()
+        ids2[0, -1] = 1000
+        b = model(input_ids=ids2, attention_mask=full).last_hidden_state[0, 0]
+    assert not torch.allclose(a, b), "the 4D mask did not make attention bidirectional"
+    return {
+        "query_prompt": "",
+        "tokens": {
+            "documents": [digest(tok(t, truncation=True, max_length=MAX_LENGTH)["input_ids"]) for t in docs],
+            "queries": [digest(tok(t, truncation=True, max_length=MAX_LENGTH)["input_ids"]) for t in queries],
+        },
+        "documents": vectors(encode(docs)),
+        "queries": vectors(encode(queries)),
+    }
+
+
+def jina(docs, queries, task):
+    from peft import PeftModel
+    from sentence_transformers import SentenceTransformer
+
+    path = MODELS / "test-jina-v5"
+    st = SentenceTransformer(str(path), device="cpu")
+    st.max_seq_length = MAX_LENGTH
+    plain = st.encode_document(docs, batch_size=BATCH, convert_to_numpy=True)
+    base = st[0].auto_model
+    merged = PeftModel.from_pretrained(base, str(path / "adapters" / task)).merge_and_unload()
+    st[0].auto_model = merged
+    d, q = st_encode(st, docs, queries)
+    # The adapter moves every vector: the test fails if it is not merged.
+    moved = float(max((plain * d).sum(1)))
+    assert moved < 0.995, f"{task}: the adapter hardly changes the vectors (cosine {moved})"
+    prompt = st.prompts["query"]
+    return {
+        "task": task,
+        "closest_cosine_to_the_base_model": moved,
+        "query_prompt": prompt,
+        "document_prompt": st.prompts["document"],
+        "tokens": {
+            "documents": token_digests(st, docs, st.prompts["document"]),
+            "queries": token_digests(st, queries, prompt),
+        },
+        "documents": vectors(d),
+        "queries": vectors(q),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sample", default=str(ROOT.parent / "shared/skillret-sample"))
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    sample = Path(args.sample)
+    skills = [json.loads(l) for l in (sample / "skills/test.jsonl").read_text().splitlines() if l.strip()][:SKILLS]
+    queries = [json.loads(l) for l in (sample / "queries/test.jsonl").read_text().splitlines() if l.strip()]
+    docs = [skill_text(s) for s in skills]
+    qs = [q["query"] for q in queries]
+    models = {
+        "test-gemma3-embedding": gemma3("test-gemma3-embedding", docs, qs),
+        "test-gemma3-bidirectional": gemma3("test-gemma3-bidirectional", docs, qs),
+        "test-pplx-embedding": pplx(docs, qs),
+        "test-jina-v5/retrieval": jina(docs, qs, "retrieval"),
+        "test-jina-v5/text-matching": jina(docs, qs, "text-matching"),
+    }
+    longest = max(m["tokens"]["documents"][i]["len"] for m in models.values() for i in range(SKILLS))
+    fixture = {
+        "tool": "sentence-transformers / transformers / peft (PyTorch), float32 on the CPU",
+        "sentence_transformers": metadata.version("sentence-transformers"),
+        "transformers": metadata.version("transformers"),
+        "peft": metadata.version("peft"),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "command": "python3 scripts/make_registry_fixture.py",
+        "max_length": MAX_LENGTH,
+        "longest_document_tokens": longest,
+        "document_ids": [s["id"] for s in skills],
+        "query_ids": [q["id"] for q in queries],
+        "models": models,
+    }
+    OUT.write_text(json.dumps(fixture, indent=1) + "\n")
+    print(f"{OUT}: {len(models)} models, documents up to {longest} tokens")
+
+
+if __name__ == "__main__":
+    main()

