@@ -21,10 +21,18 @@ against transformers / sentence-transformers on it (scripts/make_registry_fixtur
   retrieval and text-matching; last-token pooling, Normalize, prompts query "Query: " and
   document "Document: ".
 
-All: hidden 64, 4 query heads and 2 key/value heads of width 32, feed-forward 96, f32, the full
+- models/test-jina-reranker-v2: an XLM-RoBERTa sequence classifier (1 label) in jina-reranker-v2's
+  own "flash" layout: config.json with no model_type, `XLMRobertaFlashConfig` in auto_map,
+  1,026 positions; tensors `roberta.emb_ln`, `roberta.encoder.layers.N.mixer.Wqkv` (query, key
+  and value fused), `mixer.out_proj`, `norm1`, `mlp.fc1`, `mlp.fc2`, `norm2`, and the RoBERTa head
+  `classifier.dense` / `classifier.out_proj`; multilingual-e5-small's XLM-R tokenizer (1,024 tokens).
+  Hidden 64, 4 heads, 2 layers, feed-forward 128. scripts/make_reranker_fixture.py scores it with
+  transformers' XLMRobertaForSequenceClassification on the same weights renamed.
+
+The decoders: hidden 64, 4 query heads and 2 key/value heads of width 32, feed-forward 96, f32, the full
 151,669-token vocabulary. Standard library only (Python's seeded Mersenne Twister), so CI
 rebuilds them byte for byte without PyTorch. Needs models/qwen3-tokenizer
-(scripts/fetch-models.sh). Idempotent: a checkpoint whose weights are there is left alone.
+and models/multilingual-e5-small (scripts/fetch-models.sh). Idempotent: a checkpoint whose weights are there is left alone.
 
     python3 scripts/make_registry_models.py [--models models]
 """
@@ -313,6 +321,103 @@ def jina_model(models, tokenizer, seed):
     print(f"{out}: built")
 
 
+def jina_reranker_model(models, seed):
+    src = models / "multilingual-e5-small"
+    out = models / "test-jina-reranker-v2"
+    if (out / "model.safetensors").exists():
+        print(f"{out}: present")
+        return
+    if not (src / "tokenizer.json").exists():
+        sys.exit(f"{src}: missing; run scripts/fetch-models.sh e5 first")
+    vocab = json.loads((src / "config.json").read_text())["vocab_size"]
+    hidden, layers, heads, inter, positions = 64, 2, 4, 128, 1026
+    rng = random.Random(seed)
+    t = {}
+
+    def linear(name, n_in, n_out):
+        t[name + ".weight"] = ([n_out, n_in], uniform(rng, n_in * n_out, math.sqrt(3.0 / n_in), f32))
+        t[name + ".bias"] = ([n_out], uniform(rng, n_out, 0.05, f32))
+
+    def norm(name):
+        t[name + ".weight"] = ([hidden], f32(1.0 + 0.1 * (2.0 * rng.random() - 1.0) for _ in range(hidden)))
+        t[name + ".bias"] = ([hidden], uniform(rng, hidden, 0.05, f32))
+
+    e = "roberta.embeddings."
+    t[e + "word_embeddings.weight"] = ([vocab, hidden], uniform(rng, vocab * hidden, 0.5, f32))
+    t[e + "position_embeddings.weight"] = ([positions, hidden], uniform(rng, positions * hidden, 0.5, f32))
+    t[e + "token_type_embeddings.weight"] = ([1, hidden], uniform(rng, hidden, 0.5, f32))
+    norm("roberta.emb_ln")
+    for i in range(layers):
+        p = f"roberta.encoder.layers.{i}."
+        linear(p + "mixer.Wqkv", hidden, 3 * hidden)
+        linear(p + "mixer.out_proj", hidden, hidden)
+        norm(p + "norm1")
+        linear(p + "mlp.fc1", hidden, inter)
+        linear(p + "mlp.fc2", inter, hidden)
+        norm(p + "norm2")
+    linear("classifier.dense", hidden, hidden)
+    linear("classifier.out_proj", hidden, 1)
+    out.mkdir(parents=True, exist_ok=True)
+    write_safetensors(out / "model.safetensors", t)
+    write_json(
+        out / "config.json",
+        {
+            "_comment": WARNING,
+            "_name_or_path": "test-jina-reranker-v2",
+            "architectures": ["XLMRobertaForSequenceClassification"],
+            "attention_probs_dropout_prob": 0.1,
+            "auto_map": {
+                "AutoConfig": "configuration_xlm_roberta.XLMRobertaFlashConfig",
+                "AutoModel": "modeling_xlm_roberta.XLMRobertaModel",
+                "AutoModelForSequenceClassification": "modeling_xlm_roberta.XLMRobertaForSequenceClassification",
+            },
+            "bos_token_id": 0,
+            "classifier_dropout": None,
+            "emb_pooler": None,
+            "eos_token_id": 2,
+            "hidden_act": "gelu",
+            "hidden_dropout_prob": 0.1,
+            "hidden_size": hidden,
+            "id2label": {"0": "LABEL_0"},
+            "initializer_range": 0.02,
+            "intermediate_size": inter,
+            "label2id": {"LABEL_0": 0},
+            "layer_norm_eps": 1e-05,
+            "max_position_embeddings": positions,
+            "num_attention_heads": heads,
+            "num_hidden_layers": layers,
+            "num_labels": 1,
+            "output_past": True,
+            "pad_token_id": 1,
+            "position_embedding_type": "absolute",
+            "torch_dtype": "float32",
+            "transformers_version": "4.40.0",
+            "type_vocab_size": 1,
+            "use_cache": False,
+            "use_flash_attn": True,
+            "vocab_size": vocab,
+        },
+    )
+    shutil.copyfile(src / "tokenizer.json", out / "tokenizer.json")
+    write_json(
+        out / "tokenizer_config.json",
+        {
+            "bos_token": "<s>",
+            "clean_up_tokenization_spaces": True,
+            "cls_token": "<s>",
+            "eos_token": "</s>",
+            "mask_token": "<mask>",
+            "model_max_length": 1024,
+            "pad_token": "<pad>",
+            "sep_token": "</s>",
+            "tokenizer_class": "XLMRobertaTokenizer",
+            "unk_token": "<unk>",
+        },
+    )
+    (out / "README.md").write_text(f"# {WARNING}\n\nTokenizer: multilingual-e5-small's XLM-R tokenizer (MIT).\n")
+    print(f"{out}: built")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=str(ROOT / "models"))
@@ -326,6 +431,7 @@ def main():
     gemma3_model(models, tokenizer, "test-gemma3-bidirectional", True, args.seed + 1)
     pplx_model(models, tokenizer, args.seed + 2)
     jina_model(models, tokenizer, args.seed + 3)
+    jina_reranker_model(models, args.seed + 4)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 
 For 200 real (query, skill) pairs of the shared SkillRet sample (the official
 document text recipe; for each query its relevant skills, then skills drawn with
-a fixed seed), scores both test checkpoints of scripts/make_cross_encoders.py
+a fixed seed), scores the test checkpoints of scripts/make_cross_encoders.py (and jina-reranker-v2's
+flash-layout one of scripts/make_registry_models.py, renamed to transformers' layout)
 with `AutoModelForSequenceClassification` and tokenises each pair as
 sentence-transformers' CrossEncoder does (query first, truncation
 "longest_first" at the max length). Checks first that transformers loads each
@@ -32,7 +33,47 @@ MODELS = {
     # both texts is exercised)
     "test-bert-cross-encoder": 256,
     "test-xlmr-cross-encoder": 512,
+    # jina-reranker-v2's flash layout (scripts/make_registry_models.py) at its own 1,024 tokens
+    "test-jina-reranker-v2": 1024,
 }
+
+
+def flash_to_transformers(path, tmp):
+    """jina's XLM-RoBERTa flash checkpoint as transformers' XLMRobertaForSequenceClassification
+    (what jina's own conversion script inverts): emb_ln -> embeddings.LayerNorm, mixer.Wqkv split
+    into query/key/value rows, mixer.out_proj, norm1, mlp.fc1, mlp.fc2, norm2 renamed."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    flash = load_file(str(path / "model.safetensors"))
+    out = {}
+    for name, t in flash.items():
+        n = name.replace("roberta.emb_ln.", "roberta.embeddings.LayerNorm.")
+        if ".mixer.Wqkv." in n:
+            stem, kind = n.split(".mixer.Wqkv.")
+            stem = stem.replace("encoder.layers.", "encoder.layer.")
+            for part, piece in zip(["query", "key", "value"], t.chunk(3, dim=0)):
+                out[f"{stem}.attention.self.{part}.{kind}"] = piece.contiguous()
+            continue
+        for a, b in [
+            (".mixer.out_proj.", ".attention.output.dense."),
+            (".norm1.", ".attention.output.LayerNorm."),
+            (".mlp.fc1.", ".intermediate.dense."),
+            (".mlp.fc2.", ".output.dense."),
+            (".norm2.", ".output.LayerNorm."),
+        ]:
+            n = n.replace(a, b)
+        out[n.replace("encoder.layers.", "encoder.layer.")] = t
+    save_file(out, str(Path(tmp) / "model.safetensors"))
+    config = json.loads((path / "config.json").read_text())
+    for key in ["auto_map", "use_flash_attn", "emb_pooler", "output_past"]:
+        config.pop(key, None)
+    config["model_type"] = "xlm-roberta"
+    (Path(tmp) / "config.json").write_text(json.dumps(config))
+    for f in ["tokenizer.json", "tokenizer_config.json"]:
+        shutil.copyfile(path / f, Path(tmp) / f)
+    return Path(tmp)
 
 
 def skill_text(skill):
@@ -84,8 +125,13 @@ def main():
         "pairs": [[q["id"], s["id"]] for q, s in pairs],
         "models": {},
     }
+    import tempfile
+
     for name, max_length in MODELS.items():
         path = ROOT / "models" / name
+        tmp = tempfile.TemporaryDirectory()
+        if "model_type" not in json.loads((path / "config.json").read_text()):
+            path = flash_to_transformers(path, tmp.name)
         model, info = AutoModelForSequenceClassification.from_pretrained(
             str(path), output_loading_info=True, attn_implementation="eager"
         )

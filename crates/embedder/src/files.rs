@@ -210,6 +210,11 @@ impl TensorFile {
     }
 }
 
+/// Where a tensor of a family's usual layout sits in another layout of the
+/// same architecture: its name there, and for a tensor fused with others
+/// along its first dimension, `(part, parts)`: which equal slice it is.
+pub type Remap = fn(&str) -> Option<(String, Option<(usize, usize)>)>;
+
 /// The weights of a model: its safetensors file(s), with the name prefix
 /// under which the architecture's tensors sit (`bert.`, `model.`, …).
 pub struct Weights {
@@ -217,6 +222,7 @@ pub struct Weights {
     /// Which file holds each tensor.
     index: HashMap<String, usize>,
     prefix: String,
+    remap: Option<Remap>,
 }
 
 impl std::fmt::Debug for Weights {
@@ -252,7 +258,15 @@ impl Weights {
             files,
             index,
             prefix,
+            remap: None,
         })
+    }
+
+    /// Reads tensors asked for by their usual names where `remap` puts them.
+    #[must_use]
+    pub fn with_remap(mut self, remap: Remap) -> Self {
+        self.remap = Some(remap);
+        self
     }
 
     /// The prefix found.
@@ -284,7 +298,19 @@ impl Weights {
 
     /// Tensor `name` (under the prefix) of exactly `shape`, as f32.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        self.get_full(&format!("{}{name}", self.prefix), shape)
+        let Some((other, fused)) = self.remap.and_then(|remap| remap(name)) else {
+            return self.get_full(&format!("{}{name}", self.prefix), shape);
+        };
+        let full = format!("{}{other}", self.prefix);
+        let Some((part, parts)) = fused else {
+            return self.get_full(&full, shape);
+        };
+        // One of `parts` equal slices along the first dimension.
+        let mut whole = shape.to_vec();
+        whole[0] *= parts;
+        let values = self.get_full(&full, &whole)?;
+        let size: usize = shape.iter().product();
+        Ok(values[part * size..(part + 1) * size].to_vec())
     }
 
     /// Tensor `full` (no prefix added) of exactly `shape`, as f32.

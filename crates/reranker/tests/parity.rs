@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use embedder::Precision;
+use embedder::{Backend, Precision};
 use reranker::{CrossEncoder, Error, Reranker, RerankerOptions};
 use serde_json::Value;
 
@@ -25,7 +25,7 @@ fn model(name: &str) -> Option<PathBuf> {
         Some(dir)
     } else {
         eprintln!(
-            "skipping: {} is absent (run scripts/fetch-models.sh and scripts/make_cross_encoders.py)",
+            "skipping: {} is absent (run scripts/fetch-models.sh, scripts/make_cross_encoders.py and scripts/make_registry_models.py)",
             dir.display()
         );
         None
@@ -71,6 +71,10 @@ fn fixture() -> Value {
 /// Worst |logit difference| against the reference, after checking the token
 /// counts (the tokenisation) match exactly.
 fn worst_difference(name: &str, precision: Precision) -> Option<f32> {
+    worst_difference_on(name, precision, Backend::Native)
+}
+
+fn worst_difference_on(name: &str, precision: Precision, backend: Backend) -> Option<f32> {
     let fixture = fixture();
     let dir = model(name)?;
     let pairs = pairs(&fixture)?;
@@ -78,7 +82,8 @@ fn worst_difference(name: &str, precision: Precision) -> Option<f32> {
     let max_length = reference["max_length"].as_u64().unwrap() as usize;
     let options = RerankerOptions::default()
         .with_max_length(max_length)
-        .with_precision(precision);
+        .with_precision(precision)
+        .with_backend(backend);
     let model = CrossEncoder::from_dir(&dir, options).unwrap();
     assert_eq!(model.labels() as u64, reference["labels"].as_u64().unwrap());
     let tokens: Vec<u64> = reference["tokens"]
@@ -133,6 +138,18 @@ fn bert_head_matches_transformers() {
 fn xlmr_head_matches_transformers() {
     if let Some(worst) = worst_difference("test-xlmr-cross-encoder", Precision::F32) {
         assert!(worst <= 1e-4, "worst {worst}");
+    }
+}
+
+#[test]
+fn jina_reranker_v2_flash_layout_matches_transformers() {
+    // jina's own config class (no model_type) and fused Wqkv, read natively
+    // and by the candle graph; scored as transformers scores the same
+    // weights in its layout, at the model's 1,024 tokens.
+    for backend in [Backend::Native, Backend::Candle] {
+        if let Some(worst) = worst_difference_on("test-jina-reranker-v2", Precision::F32, backend) {
+            assert!(worst <= 1e-4, "{backend:?}: worst {worst}");
+        }
     }
 }
 

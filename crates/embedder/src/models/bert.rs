@@ -56,6 +56,10 @@ pub struct BertConfig {
     /// transformers' model type (`bert`, `xlm-roberta`, ...).
     #[serde(default)]
     pub model_type: Option<String>,
+    /// jina's XLM-RoBERTa "flash" layout (`XLMRobertaFlashConfig`, no
+    /// `model_type`: jina-reranker-v2): RoBERTa positions, fused QKV.
+    #[serde(skip)]
+    pub flash_layout: bool,
 }
 
 fn default_act() -> String {
@@ -78,8 +82,18 @@ impl BertConfig {
     }
 
     pub(crate) fn parse(path: &Path, value: serde_json::Value) -> Result<Self> {
-        let config: Self = serde_path_to_error::deserialize(value)
+        let flash = value
+            .pointer("/auto_map/AutoConfig")
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|c| c.ends_with("XLMRobertaFlashConfig"));
+        let mut config: Self = serde_path_to_error::deserialize(value)
             .map_err(|e| Error::format(path, format!("{}: {}", e.path(), e.inner())))?;
+        if flash {
+            config.flash_layout = true;
+            config
+                .model_type
+                .get_or_insert_with(|| "xlm-roberta".to_owned());
+        }
         let bad = |message: String| Err(Error::format(path, message));
         if config.hidden_size == 0
             || config.num_attention_heads == 0
@@ -162,6 +176,42 @@ impl BertConfig {
 const PREFIXES: [&str; 3] = ["", "bert.", "roberta."];
 const PROBE: &str = "embeddings.word_embeddings.weight";
 
+/// The weights of a BERT-style checkpoint, in jina's flash layout read by
+/// their usual names.
+fn weights(files: &ModelFiles, config: &BertConfig) -> Result<Weights> {
+    let w = Weights::open(&files.weights, &PREFIXES, PROBE)?;
+    Ok(if config.flash_layout {
+        w.with_remap(flash_name)
+    } else {
+        w
+    })
+}
+
+/// Where jina's XLM-RoBERTa "flash" layout (jina-reranker-v2, from
+/// flash-attention's BERT) keeps a tensor of transformers' layout: the
+/// embedding LayerNorm is `emb_ln`, layers are `encoder.layers.N` with a
+/// fused `mixer.Wqkv` (query, key and value rows, in that order),
+/// `mixer.out_proj`, `norm1`, `mlp.fc1`, `mlp.fc2` and `norm2`.
+fn flash_name(name: &str) -> Option<(String, Option<(usize, usize)>)> {
+    if let Some(rest) = name.strip_prefix("embeddings.LayerNorm.") {
+        return Some((format!("emb_ln.{rest}"), None));
+    }
+    let (layer, tail) = name.strip_prefix("encoder.layer.")?.split_once('.')?;
+    let (stem, kind) = tail.rsplit_once('.')?;
+    let (target, fused) = match stem {
+        "attention.self.query" => ("mixer.Wqkv", Some((0, 3))),
+        "attention.self.key" => ("mixer.Wqkv", Some((1, 3))),
+        "attention.self.value" => ("mixer.Wqkv", Some((2, 3))),
+        "attention.output.dense" => ("mixer.out_proj", None),
+        "attention.output.LayerNorm" => ("norm1", None),
+        "intermediate.dense" => ("mlp.fc1", None),
+        "output.dense" => ("mlp.fc2", None),
+        "output.LayerNorm" => ("norm2", None),
+        _ => return None,
+    };
+    Some((format!("encoder.layers.{layer}.{target}.{kind}"), fused))
+}
+
 struct LayerNorm {
     weight: Vec<f32>,
     bias: Vec<f32>,
@@ -214,7 +264,7 @@ impl NativeBert {
     /// Loads the weights of `config`, each linear layer in the arithmetic
     /// `plan` gives its role (the caller checks CPU support).
     pub(crate) fn load(files: &ModelFiles, config: &BertConfig, plan: Plan) -> Result<Self> {
-        let w = Weights::open(&files.weights, &PREFIXES, PROBE)?;
+        let w = weights(files, config)?;
         let h = config.hidden_size;
         let i = config.intermediate_size;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
@@ -365,6 +415,62 @@ pub(crate) struct CandleBert {
     pad: u32,
 }
 
+/// The encoder's tensors under transformers' names (no prefix), as candle's
+/// graphs load them.
+fn usual_tensors(
+    files: &ModelFiles,
+    config: &BertConfig,
+    device: &Device,
+) -> Result<std::collections::HashMap<String, Tensor>> {
+    let w = weights(files, config)?;
+    let (h, i) = (config.hidden_size, config.intermediate_size);
+    let mut shapes: Vec<(String, Vec<usize>)> = vec![
+        (
+            "embeddings.word_embeddings.weight".to_owned(),
+            vec![config.vocab_size, h],
+        ),
+        (
+            "embeddings.position_embeddings.weight".to_owned(),
+            vec![config.max_position_embeddings, h],
+        ),
+        (
+            "embeddings.token_type_embeddings.weight".to_owned(),
+            vec![config.type_vocab_size, h],
+        ),
+    ];
+    let norm = |shapes: &mut Vec<(String, Vec<usize>)>, name: &str| {
+        for part in ["weight", "bias"] {
+            shapes.push((format!("{name}.{part}"), vec![h]));
+        }
+    };
+    norm(&mut shapes, "embeddings.LayerNorm");
+    for l in 0..config.num_hidden_layers {
+        let p = format!("encoder.layer.{l}");
+        for (name, inputs, outputs) in [
+            ("attention.self.query", h, h),
+            ("attention.self.key", h, h),
+            ("attention.self.value", h, h),
+            ("attention.output.dense", h, h),
+            ("intermediate.dense", h, i),
+            ("output.dense", i, h),
+        ] {
+            shapes.push((format!("{p}.{name}.weight"), vec![outputs, inputs]));
+            shapes.push((format!("{p}.{name}.bias"), vec![outputs]));
+        }
+        norm(&mut shapes, &format!("{p}.attention.output.LayerNorm"));
+        norm(&mut shapes, &format!("{p}.output.LayerNorm"));
+    }
+    shapes
+        .into_iter()
+        .map(|(name, shape)| {
+            let values = w.get(&name, &shape)?;
+            let tensor = Tensor::from_vec(values, shape.as_slice(), device)
+                .map_err(|e| Error::format(w.path(), e.to_string()))?;
+            Ok((name, tensor))
+        })
+        .collect()
+}
+
 impl CandleBert {
     pub(crate) fn load(files: &ModelFiles, bert: &BertConfig, device: &Device) -> Result<Self> {
         // candle's Config wants fields that inference does not use and many
@@ -380,10 +486,15 @@ impl CandleBert {
             }
         }
         let weights = &files.weights[0];
-        // SAFETY: as for `TensorFile::open`: read-only maps of files that are
-        // not modified while the model loads.
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, DType::F32, device) }
-            .map_err(|e| Error::format(weights, e.to_string()))?;
+        let vb = if bert.flash_layout {
+            // Every tensor by its usual name, read through the remap.
+            VarBuilder::from_tensors(usual_tensors(files, bert, device)?, DType::F32, device)
+        } else {
+            // SAFETY: as for `TensorFile::open`: read-only maps of files that
+            // are not modified while the model loads.
+            unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, DType::F32, device) }
+                .map_err(|e| Error::format(weights, e.to_string()))?
+        };
         let bad_config = |e: serde_json::Error| Error::format(&files.config, e.to_string());
         let bad_weights = |e: candle_core::Error| Error::format(weights, e.to_string());
         let graph = if bert.roberta_positions() {
