@@ -40,6 +40,24 @@ const MODEL_FILES: &[&str] = &[
 
 /// sha256 of a model directory's deciding files: its weights (one file or
 /// every shard) and the files above (absent ones count as absent).
+/// A model's per-task LoRA adapters (`adapters/<task>/`), sorted: the
+/// adapter a run merges changes its vectors.
+fn adapter_files(dir: &Path) -> Vec<(String, PathBuf)> {
+    let mut files: Vec<(String, PathBuf)> = fs::read_dir(dir.join("adapters"))
+        .into_iter()
+        .flatten()
+        .filter_map(std::result::Result::ok)
+        .flat_map(|task| {
+            ["adapter_config.json", "adapter_model.safetensors"].map(|f| {
+                let name = format!("adapters/{}/{f}", task.file_name().to_string_lossy());
+                (name, task.path().join(f))
+            })
+        })
+        .collect();
+    files.sort();
+    files
+}
+
 pub(crate) fn model_fingerprint(dir: &Path) -> Result<String> {
     let files = embedder::ModelFiles::in_dir(dir)?;
     let mut hasher = Sha256::new();
@@ -51,7 +69,8 @@ pub(crate) fn model_fingerprint(dir: &Path) -> Result<String> {
                 .file_name()
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
             (name, path.clone())
-        }));
+        }))
+        .chain(adapter_files(dir));
     for (name, path) in named {
         hasher.update(name.as_bytes());
         match fs::File::open(&path) {

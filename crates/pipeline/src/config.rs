@@ -56,6 +56,8 @@ struct RawEmbedder {
     /// A prompt of the model's `config_sentence_transformers.json`, by name.
     query_prompt_name: Option<String>,
     document_prompt_name: Option<String>,
+    /// The LoRA adapter of a model with per-task adapters (jina-embeddings-v5).
+    task: Option<String>,
     pooling: Option<Pooling>,
     normalize: Option<bool>,
     max_length: Option<usize>,
@@ -358,6 +360,8 @@ pub struct EmbedderSettings {
     pub query_prompt_name: Option<String>,
     /// The document prompt by name.
     pub document_prompt_name: Option<String>,
+    /// The LoRA adapter's task (models with `adapters/<task>/`).
+    pub task: Option<String>,
     /// Pooling override.
     pub pooling: Option<Pooling>,
     /// L2 normalisation override (default: the model directory's Normalize
@@ -826,6 +830,7 @@ fn resolve_embedder(
         document_prompt: e.document_prompt,
         query_prompt_name: e.query_prompt_name,
         document_prompt_name: e.document_prompt_name,
+        task: e.task,
         pooling: e.pooling,
         normalize: e.normalize,
         max_length: e.max_length,
@@ -1098,6 +1103,99 @@ mod tests {
             }
         }
         assert!(seen >= 20, "{seen} configurations");
+    }
+
+    /// What a registry configuration sends for query `q` and document `d`:
+    /// literal prompts as they are; a prompt named in the model's files as
+    /// `{name}`; none given as `{query}` / `{document}` (the model's own
+    /// prompt of that name, as encode_query / encode_document apply it).
+    fn sent(e: &EmbedderSettings) -> (String, String) {
+        let side = |literal: &Option<String>, name: &Option<String>, own: &str, text: &str| match (
+            literal, name,
+        ) {
+            (Some(p), _) => format!("{p}{text}"),
+            (None, Some(n)) => format!("{{{n}}}{text}"),
+            (None, None) => format!("{{{own}}}{text}"),
+        };
+        (
+            side(&e.query_prompt, &e.query_prompt_name, "query", "q"),
+            side(&e.document_prompt, &e.document_prompt_name, "document", "d"),
+        )
+    }
+
+    #[test]
+    fn every_registry_entry_sends_the_official_strings() {
+        // skillretbenchmark/SKILLRET skillret/config.py and eval.py: the
+        // embedders' prompts and prefixes, the max length where the registry
+        // sets one, the LoRA task; rerankers' instruction and length.
+        const P: &str = "Instruct: Given a skill search query, retrieve relevant skills that match the query\nQuery: ";
+        let p = |q: &str| format!("{P}{q}");
+        let embedders: Vec<(&str, String, String, Option<usize>, Option<&str>)> = vec![
+            ("bge-small-en-v1.5", "Represent this sentence for searching relevant passages: q".into(), "{document}d".into(), None, None),
+            ("bge-large-en-v1.5", "Represent this sentence for searching relevant passages: q".into(), "{document}d".into(), None, None),
+            ("e5-small-v2", "query: q".into(), "passage: d".into(), Some(512), None),
+            ("e5-large-v2", "query: q".into(), "passage: d".into(), None, None),
+            ("snowflake-arctic-embed-s", "{query}q".into(), "{document}d".into(), None, None),
+            ("f2llm-v2-80m", "{query}q".into(), "{document}d".into(), None, None),
+            ("harrier-oss-v1-270m", p("q"), "{document}d".into(), None, None),
+            ("harrier-oss-v1-0.6b", p("q"), "{document}d".into(), None, None),
+            ("pplx-embed-v1-0.6b", "{query}q".into(), "{document}d".into(), None, None),
+            ("qwen3-embedding-0.6b", p("q"), "{document}d".into(), Some(32768), None),
+            ("qwen3-embedding-8b", p("q"), "{document}d".into(), Some(32768), None),
+            ("skillret-embedding-0.6b", p("q"), "{document}d".into(), Some(32768), None),
+            ("skillret-embedding-8b", p("q"), "{document}d".into(), Some(32768), None),
+            // No trailing space after `Query:`.
+            ("skillrouter-embedding-0.6b", "Instruct: Given a task description, retrieve the most relevant skill document that would help an agent complete the task\nQuery:q".into(), "d".into(), Some(32768), None),
+            ("jina-embeddings-v5-text-small", "{query}q".into(), "{document}d".into(), None, Some("retrieval")),
+            ("nv-embed-v1", "Instruct: Given a question, retrieve passages that answer the question\nQuery: q".into(), "d".into(), Some(32768), None),
+            // The document prefix `- `, no prompts.
+            ("octen-embedding-8b", "q".into(), "- d".into(), Some(32768), None),
+            // A space before the newline.
+            ("kalm-embedding-gemma3-12b-2511", "Instruct: Given a query, retrieve documents that answer the query \nQuery: q".into(), "d".into(), Some(32768), None),
+        ];
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+        for (name, query, document, max_length, task) in &embedders {
+            let path = dir.join(format!("{name}.toml"));
+            let settings = Settings::load(&path, &Overrides::default())
+                .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+            let e = settings.embedder.as_ref().unwrap();
+            assert_eq!(sent(e), (query.clone(), document.clone()), "{name}");
+            assert_eq!(e.max_length, *max_length, "{name}");
+            assert_eq!(e.task.as_deref(), *task, "{name}");
+            assert_eq!(settings.retriever.top_n, 20, "{name}");
+            assert_eq!(settings.k, [5, 10, 15], "{name}");
+        }
+        let instruction = "Given a skill search query, judge whether the skill document is relevant and useful for the query";
+        for (name, instructed) in [
+            ("jina-reranker-v2-base-multilingual", false),
+            ("qwen3-reranker-0.6b", true),
+            ("qwen3-reranker-4b", true),
+            ("qwen3-reranker-8b", true),
+            ("skillret-reranker-0.6b", true),
+            ("skillrouter-reranker-0.6b", true),
+        ] {
+            let path = dir.join(format!("{name}.toml"));
+            let settings = Settings::load(&path, &Overrides::default()).unwrap();
+            let r = settings.reranker.as_ref().unwrap();
+            assert_eq!(r.top_n, 20, "{name}");
+            assert_eq!(
+                r.instruction.as_deref(),
+                instructed.then_some(instruction),
+                "{name}"
+            );
+            assert_eq!(r.max_length, instructed.then_some(32768), "{name}");
+            // The paper's first stage for its reranking table.
+            let e = settings.embedder.as_ref().unwrap();
+            assert_eq!(
+                e.model.as_ref().unwrap().model,
+                "ThakiCloud/SKILLRET-Embedding-0.6B"
+            );
+        }
+        assert_eq!(
+            embedders.len() + 6,
+            24,
+            "the registry's 18 embedders and 6 rerankers"
+        );
     }
 
     fn parse(text: &str) -> Result<Settings> {

@@ -183,6 +183,9 @@ impl Vectors {
         if let Some(n) = e.max_length {
             options = options.with_max_length(n);
         }
+        if let Some(task) = &e.task {
+            options = options.with_task(task);
+        }
         if let Some(p) = e.pooling {
             options = options.with_pooling(p);
         }
@@ -231,8 +234,9 @@ impl Vectors {
                 let fingerprint = model_fingerprint(dir)?;
                 let dim = embedder::ModelConfig::read(&dir.join("config.json"))?.hidden_size();
                 let settings = format!(
-                    "model={fingerprint} revision={:?} max_length={:?} pooling={:?} precision={:?} backend={:?}",
+                    "model={fingerprint} revision={:?} task={:?} max_length={:?} pooling={:?} precision={:?} backend={:?}",
                     e.model.as_ref().and_then(|m| m.revision.clone()),
+                    e.task,
                     e.max_length,
                     e.pooling,
                     e.precision.on_this_cpu(),
