@@ -1130,7 +1130,9 @@ mod tests {
         // sets one, the LoRA task; rerankers' instruction and length.
         const P: &str = "Instruct: Given a skill search query, retrieve relevant skills that match the query\nQuery: ";
         let p = |q: &str| format!("{P}{q}");
-        let embedders: Vec<(&str, String, String, Option<usize>, Option<&str>)> = vec![
+        // (configuration, query sent, document sent, max length, LoRA task)
+        type Entry<'a> = (&'a str, String, String, Option<usize>, Option<&'a str>);
+        let embedders: Vec<Entry> = vec![
             ("bge-small-en-v1.5", "Represent this sentence for searching relevant passages: q".into(), "{document}d".into(), None, None),
             ("bge-large-en-v1.5", "Represent this sentence for searching relevant passages: q".into(), "{document}d".into(), None, None),
             ("e5-small-v2", "query: q".into(), "passage: d".into(), Some(512), None),
