@@ -4,7 +4,8 @@
 The document is the one of the Qwen3 tests (the shared sample's skill texts in file order,
 joined by blank lines until 90,000+ characters). Each length is embedded by its own
 `pipeline embed` process (`--max-length N`) whose resident set size is sampled every 10 ms
-from /proc: the table shows it once the model is loaded, its peak while embedding, the growth
+from /proc: the table shows it once the model is loaded (and as a multiple of the weights'
+files), its peak while loading, its peak while embedding, the growth
 between the two, that growth divided by the length (flat when memory grows linearly:
 attention is tiled, no length × length matrix exists), the embedding time, and, for the TEST
 model, the cosine to the sentence-transformers vector of
@@ -13,6 +14,8 @@ crates/embedder/tests/data/qwen3_reference.json.
     cargo build --release -p pipeline && python3 scripts/make_qwen3_models.py
     python3 scripts/bench_long_document.py [--model models/test-qwen3-embedding] [--lengths 2000,8000,16000]
     python3 scripts/bench_long_document.py --model .cache/bench/qwen3-0.6b-random   # the 0.6B shape (bench_qwen3.py builds it)
+    python3 scripts/bench_long_document.py --model .cache/bench/gemma3-270m-random --lengths 4000,8000,16000
+    python3 scripts/bench_long_document.py --model .cache/bench/qwen3-0.6b-random --lengths 512 --precision bf16  # load memory
 """
 
 import argparse
@@ -60,23 +63,25 @@ def rss_kib(pid):
     return None
 
 
-def run(binary, model, text, length, tmp, threads):
+def run(binary, model, text, length, tmp, threads, precision="f32"):
     """One `pipeline embed` process: (tokens, seconds, RSS when the model is
-    loaded, peak RSS while embedding, vector), RSS in KiB sampled every 10 ms
-    from /proc (the load's own transient peak, weights being widened while
-    the file is mapped, is not the embedding's)."""
+    loaded, peak RSS while embedding, vector, peak RSS while loading), RSS in
+    KiB sampled every 10 ms from /proc (the load's own transient peak, weights
+    being converted while the file is mapped, is reported apart)."""
     inp, out, log = Path(tmp) / "in.jsonl", Path(tmp) / "out.jsonl", Path(tmp) / "err.log"
     inp.write_text(json.dumps(text) + "\n")
-    cmd = [str(binary), "embed", "--model", str(model), "--input", str(inp), "--output", str(out)]
+    cmd = [str(binary), "embed", "--model", str(model), "--input", str(inp), "--output", str(out),
+           "--precision", precision]
     if length:
         cmd += ["--max-length", str(length)]
     env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
-    loaded, peak = None, 0
+    loaded, peak, load_peak = None, 0, 0
     with open(log, "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         while proc.poll() is None:
             rss = rss_kib(proc.pid)
             if loaded is None:
+                load_peak = max(load_peak, rss or 0)
                 # The command prints its model line once the model is loaded.
                 if " on cpu" in log.read_text() and rss is not None:
                     loaded = rss
@@ -89,7 +94,7 @@ def run(binary, model, text, length, tmp, threads):
     m = re.search(r"embedded \d+ texts \((\d+) tokens\) in ([0-9.]+) s", text)
     vector = json.loads(out.read_text().splitlines()[0])
     loaded = loaded or 0
-    return int(m.group(1)), float(m.group(2)), loaded, max(peak, loaded), vector
+    return int(m.group(1)), float(m.group(2)), loaded, max(peak, loaded), vector, load_peak
 
 
 def main():
@@ -97,6 +102,7 @@ def main():
     ap.add_argument("--model", default=str(ROOT / "models/test-qwen3-embedding"))
     ap.add_argument("--lengths", default="2000,8000,16000")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", default="f32", choices=["f32", "bf16", "int8"])
     ap.add_argument("--sample", default=str(ROOT.parent / "shared/skillret-sample"))
     args = ap.parse_args()
     binary = ROOT / "target/release/pipeline"
@@ -110,10 +116,14 @@ def main():
             raw = base64.b64decode(entry["vector"]["f32le_base64"])
             reference[entry["max_length"]] = struct.unpack(f"<{len(raw) // 4}f", raw)
     with tempfile.TemporaryDirectory() as tmp:
-        print(f"{args.model}, {args.threads} threads; RSS sampled every 10 ms")
-        print(f"{'tokens':>7} {'RSS loaded':>11} {'peak embedding':>15} {'growth':>9} {'growth/token':>13} {'seconds':>8} {'cosine to ST':>13}")
+        weights = sum(f.stat().st_size for f in Path(args.model).glob("*.safetensors"))
+        print(f"{args.model} ({weights / 2**20:.0f} MiB of weights), --precision {args.precision}, "
+              f"{args.threads} threads; RSS sampled every 10 ms")
+        print(f"{'tokens':>7} {'RSS loaded':>11} {'÷ weights':>9} {'load peak':>10} {'peak embedding':>15} {'growth':>9} "
+              f"{'growth/token':>13} {'seconds':>8} {'cosine to ST':>13}")
         for length in [int(x) for x in args.lengths.split(",")]:
-            tokens, seconds, loaded, peak, vector = run(binary, args.model, text, length, tmp, args.threads)
+            tokens, seconds, loaded, peak, vector, load_peak = run(
+                binary, args.model, text, length, tmp, args.threads, args.precision)
             growth = (peak - loaded) / 1024
             cos = ""
             if length in reference:
@@ -123,7 +133,8 @@ def main():
                 nb = sum(b * b for b in ref) ** 0.5
                 cos = f"{dot / (na * nb):.9f}"
             print(
-                f"{tokens:>7} {loaded / 1024:>7.0f} MiB {peak / 1024:>11.0f} MiB {growth:>5.0f} MiB "
+                f"{tokens:>7} {loaded / 1024:>7.0f} MiB {loaded * 1024 / weights:>9.2f} {load_peak / 1024:>6.0f} MiB "
+                f"{peak / 1024:>11.0f} MiB {growth:>5.0f} MiB "
                 f"{growth * 1024 / tokens:>9.1f} KiB {seconds:>8.2f} {cos:>13}",
                 flush=True,
             )

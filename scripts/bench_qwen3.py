@@ -1,11 +1,21 @@
 #!/usr/bin/env python3
-"""Benchmark the Qwen3 embedder against PyTorch (sentence-transformers), side by side, in one run.
+"""Benchmark the decoder embedders (Qwen3, Gemma3) against PyTorch (sentence-transformers), side by side.
 
-A Qwen3-0.6B-shape model (Qwen3-Embedding-0.6B's published config: hidden 1024, 28 layers,
+--arch qwen3 (default): a Qwen3-0.6B-shape model (Qwen3-Embedding-0.6B's published config: hidden 1024, 28 layers,
 16 query / 8 key-value heads of 128, feed-forward 3072, vocabulary 151,669, tied embeddings;
 RANDOM weights, seeded: speed does not depend on the values) is built once with transformers
 into .cache/bench/qwen3-0.6b-random (bf16 safetensors, the real Qwen3 tokenizer with
 Qwen3-Embedding's EOS template and sentence-transformers files: last-token pooling, normalised).
+
+--arch gemma3: a gemma-3-270m-shape Gemma3TextModel (harrier-oss-v1-270m's backbone: hidden
+640, 18 layers, 4 query / 1 key-value heads of 256, feed-forward 2048, query_pre_attn_scalar
+256, sliding window 512 on five layers of six, RoPE bases 10,000 / 1,000,000; the vocabulary cut
+to the Qwen3 tokenizer's 151,669, since the Gemma tokenizer is not reachable here), RANDOM
+weights, into .cache/bench/gemma3-270m-random with models/test-gemma3-embedding's tokenizer and
+module files (last token, normalised).
+
+The CPU's own bf16/f32 rate is measured first (PyTorch 2048² products, f32 and bf16; oneDNN uses
+`vdpbf16ps` where the CPU has AVX-512 BF16), since it differs between machines of this kind.
 
 For each length (default 512 and 4,096 tokens) the same sample skills (official text recipe),
 each at least that long so every input is exactly that many tokens (no padding on either side),
@@ -20,7 +30,7 @@ PyTorch f32 and the worst cosine to PyTorch f32's vectors. 2 threads on both sid
     cargo build --release -p pipeline && scripts/fetch-models.sh qwen3-tokenizer
     python3 scripts/make_qwen3_models.py      # the tokenizer template and module files
     pip install sentence-transformers==6.2.0 transformers==5.24.0 torch==2.15.0
-    python3 scripts/bench_qwen3.py [--lengths 512,4096] [--tokens 16384] [--repeat 2]
+    python3 scripts/bench_qwen3.py [--arch qwen3|gemma3] [--lengths 512,4096] [--tokens 16384] [--repeat 2]
 """
 
 import argparse
@@ -38,6 +48,25 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+GEMMA3_SHAPE = dict(
+    vocab_size=151669,
+    hidden_size=640,
+    intermediate_size=2048,
+    num_hidden_layers=18,
+    num_attention_heads=4,
+    num_key_value_heads=1,
+    head_dim=256,
+    query_pre_attn_scalar=256,
+    sliding_window=512,
+    max_position_embeddings=32768,
+    rms_norm_eps=1e-6,
+    rope_parameters={
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+    },
+    layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(18)],
+    tie_word_embeddings=True,
+)
 SHAPE = dict(
     vocab_size=151669,
     hidden_size=1024,
@@ -60,19 +89,32 @@ def skill_text(skill):
     return f"{(skill.get('name') or '').strip()} | {(skill.get('description') or '').strip()} | {(body or '').strip()}"
 
 
-def build_model(path):
-    """The random 0.6B-shape checkpoint, with the TEST embedder's tokenizer and module files."""
+def build_model(path, arch):
+    """The random checkpoint of `arch`'s shape, with its TEST embedder's tokenizer and module files."""
     import torch
-    from transformers import Qwen3Config, Qwen3Model
 
     if (path / "model.safetensors").exists():
         return
-    template = ROOT / "models/test-qwen3-embedding"
+    template = ROOT / ("models/test-gemma3-embedding" if arch == "gemma3" else "models/test-qwen3-embedding")
     if not (template / "tokenizer.json").exists():
-        sys.exit(f"{template}: missing; run python3 scripts/make_qwen3_models.py")
+        sys.exit(f"{template}: missing; run python3 scripts/make_qwen3_models.py and scripts/make_registry_models.py")
     torch.manual_seed(0)
-    config = Qwen3Config(**SHAPE)
-    model = Qwen3Model(config).to(torch.bfloat16)
+    if arch == "gemma3":
+        from transformers import Gemma3TextConfig, Gemma3TextModel
+
+        shape = GEMMA3_SHAPE
+        model = Gemma3TextModel(Gemma3TextConfig(**shape))
+        with torch.no_grad():
+            # transformers initialises the (1 + w) norms at w = 0; draw them as trained ones are.
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.normal_(0.0, 0.2)
+    else:
+        from transformers import Qwen3Config, Qwen3Model
+
+        shape = SHAPE
+        model = Qwen3Model(Qwen3Config(**shape))
+    model = model.to(torch.bfloat16)
     tmp = path.with_suffix(".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
@@ -81,15 +123,32 @@ def build_model(path):
         (tmp / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(template / name, tmp / name)
     pooling = json.loads((template / "1_Pooling/config.json").read_text())
-    pooling["embedding_dimension"] = SHAPE["hidden_size"]
+    pooling["embedding_dimension"] = shape["hidden_size"]
     (tmp / "1_Pooling").mkdir(exist_ok=True)
     (tmp / "1_Pooling/config.json").write_text(json.dumps(pooling, indent=4))
     tmp.rename(path)
     print(f"built {path}", file=sys.stderr)
 
 
+def peak_ratio(torch):
+    """PyTorch's 2048² product rate in f32 and bf16 on this CPU, GFLOP/s."""
+    rates = {}
+    for dtype in [torch.float32, torch.bfloat16]:
+        a = torch.randn(2048, 2048, dtype=dtype)
+        b = torch.randn(2048, 2048, dtype=dtype)
+        a @ b
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t0)
+        rates[str(dtype).split(".")[1]] = 2 * 2048**3 / best / 1e9
+    return rates
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", choices=["qwen3", "gemma3"], default="qwen3")
     ap.add_argument("--lengths", default="512,4096")
     ap.add_argument("--tokens", type=int, default=16384, help="tokens per length and side")
     ap.add_argument("--batch-tokens", type=int, default=8192)
@@ -97,8 +156,11 @@ def main():
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--sides", default="torch-f32,torch-bf16,ours-f32,ours-bf16")
     ap.add_argument("--sample", default=str(ROOT.parent / "shared/skillret-sample"))
-    ap.add_argument("--model-dir", default=str(ROOT / ".cache/bench/qwen3-0.6b-random"))
+    ap.add_argument("--model-dir", help="default: .cache/bench/qwen3-0.6b-random or gemma3-270m-random")
     args = ap.parse_args()
+    if args.model_dir is None:
+        name = "gemma3-270m-random" if args.arch == "gemma3" else "qwen3-0.6b-random"
+        args.model_dir = str(ROOT / ".cache/bench" / name)
 
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     os.environ["RAYON_NUM_THREADS"] = str(args.threads)
@@ -111,7 +173,7 @@ def main():
         sys.exit(f"{binary} not found: run cargo build --release -p pipeline")
     model_dir = Path(args.model_dir)
     model_dir.parent.mkdir(parents=True, exist_ok=True)
-    build_model(model_dir)
+    build_model(model_dir, args.arch)
     sides = args.sides.split(",")
     models = {}
     if "torch-f32" in sides or True:  # the reference vectors come from it
@@ -122,7 +184,13 @@ def main():
     skills = [json.loads(l) for l in open(Path(args.sample) / "skills/test.jsonl") if l.strip()]
     texts_all = [skill_text(s) for s in skills]
     lengths_all = [len(ids) for ids in tokenizer(texts_all, add_special_tokens=True)["input_ids"]]
-    print(f"Qwen3-0.6B shape (random weights), {args.threads} threads; sentence-transformers "
+    rates = peak_ratio(torch)
+    flags = set(open("/proc/cpuinfo").read().split())
+    print(f"CPU: {', '.join(f for f in ['avx2', 'avx512f', 'avx512_bf16', 'avx512_vnni', 'amx_bf16'] if f in flags)}; "
+          f"PyTorch 2048² f32 {rates['float32']:.0f} GFLOP/s, bf16 {rates['bfloat16']:.0f} GFLOP/s "
+          f"(bf16/f32 {rates['bfloat16'] / rates['float32']:.2f})")
+    shape_name = "gemma-3-270m shape" if args.arch == "gemma3" else "Qwen3-0.6B shape"
+    print(f"{shape_name} (random weights), {args.threads} threads; sentence-transformers "
           f"{metadata.version('sentence-transformers')}, transformers {metadata.version('transformers')}, "
           f"torch {torch.__version__}; best of {args.repeat}, runs alternating\n")
     rows = []

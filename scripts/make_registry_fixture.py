@@ -26,43 +26,20 @@ right-padded batches).
 """
 
 import argparse
-import base64
-import hashlib
 import json
 import platform
-import struct
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from make_qwen3_fixture import digest, skill_text, vectors
+
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
 OUT = ROOT / "crates/embedder/tests/data/registry_reference.json"
 SKILLS, MAX_LENGTH, BATCH = 48, 512, 8
-
-
-def skill_text(skill):
-    body = skill.get("skill_md") or ""
-    if not body.strip():
-        body = skill.get("description", "")
-    return f"{(skill.get('name') or '').strip()} | {(skill.get('description') or '').strip()} | {(body or '').strip()}"
-
-
-def digest(ids):
-    ids = [int(i) for i in ids]
-    return {
-        "len": len(ids),
-        "sha256": hashlib.sha256(struct.pack(f"<{len(ids)}I", *ids)).hexdigest(),
-        "head": ids[:64],
-        "tail": ids[-16:],
-    }
-
-
-def vectors(array):
-    array = np.asarray(array, dtype="<f4")
-    return {"dim": int(array.shape[1]), "f32le_base64": base64.b64encode(array.tobytes()).decode()}
 
 
 def st_encode(st, docs, queries):

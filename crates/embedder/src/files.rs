@@ -166,12 +166,43 @@ impl TensorFile {
     pub fn get(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>> {
         let tensors = self.tensors()?;
         match tensors.tensor(name) {
-            Ok(view) => Ok(Some((
-                view.shape().to_vec(),
-                widen(&self.path, name, &view, None)?,
-            ))),
+            Ok(view) => {
+                let values = widen(&self.path, name, &view, None)?;
+                self.release(view.data());
+                Ok(Some((view.shape().to_vec(), values)))
+            }
             Err(_) => Ok(None),
         }
+    }
+
+    /// Hands the mapped pages that lie wholly inside `data` (a tensor just
+    /// copied out) back to the kernel, so that loading a model costs its
+    /// converted weights, not those plus the whole mapped file. The mapping
+    /// stays valid: a later read of those bytes faults them in again from
+    /// the file.
+    fn release(&self, data: &[u8]) {
+        #[cfg(unix)]
+        {
+            const PAGE: usize = 4096;
+            let base = self.bytes.as_ptr() as usize;
+            let start = (data.as_ptr() as usize - base).div_ceil(PAGE) * PAGE;
+            let end = (data.as_ptr() as usize - base + data.len()) / PAGE * PAGE;
+            if end > start {
+                // SAFETY: a read-only, private, file-backed mapping that this
+                // process never writes: MADV_DONTNEED drops the pages, and any
+                // later access reads the same bytes from the file again. The
+                // range lies inside the mapping (`data` is a slice of it).
+                let _ = unsafe {
+                    self.bytes.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        start,
+                        end - start,
+                    )
+                };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = data;
     }
 
     /// Rows `rows` of the matrix `name` (f32 values, row after row) and its
@@ -287,6 +318,34 @@ impl Weights {
     /// Whether tensor `name` exists with no prefix (task heads).
     pub fn contains_full(&self, name: &str) -> bool {
         self.index.contains_key(name)
+    }
+
+    /// Tensor `name` (under the prefix) of exactly `shape` as its bfloat16
+    /// bits, where it is stored in bf16 (`None` where it is stored otherwise):
+    /// kept as stored, with no f32 copy.
+    pub fn get_bf16(&self, name: &str, shape: &[usize]) -> Result<Option<Vec<u16>>> {
+        let full = format!("{}{name}", self.prefix);
+        let file = self.file_of(&full)?;
+        let tensors = file.tensors()?;
+        let view = tensors.tensor(&full).map_err(|_| self.missing(&full))?;
+        if view.shape() != shape {
+            return Err(Error::Shape {
+                path: file.path().to_path_buf(),
+                name: full,
+                expected: shape.to_vec(),
+                actual: view.shape().to_vec(),
+            });
+        }
+        if view.dtype() != Dtype::BF16 {
+            return Ok(None);
+        }
+        let bits = view
+            .data()
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        file.release(view.data());
+        Ok(Some(bits))
     }
 
     /// The stored dtype of tensor `name` (under the prefix), if it exists.

@@ -28,7 +28,7 @@ use crate::config::Pooling;
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
 use crate::kernels;
-use crate::linear::{Linear, Plan, ROW_BLOCK, Role};
+use crate::linear::{Arithmetic, Linear, Plan, ROW_BLOCK, Role};
 
 /// The feed-forward's gate activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +70,7 @@ pub(crate) struct Spec {
     pub(crate) causal: bool,
     /// The factor of `Q·Kᵀ`.
     pub(crate) scale: f32,
-    /// Token embeddings times √hidden, in the embeddings' dtype (Gemma).
+    /// Token embeddings times √hidden (Gemma).
     pub(crate) scaled_embeddings: bool,
     /// RMSNorm computes `x · (1 + w)` (Gemma), not `x · w`.
     pub(crate) unit_offset: bool,
@@ -166,18 +166,11 @@ fn rotate(x: &mut [f32], cos: &[f32], sin: &[f32]) {
 /// The embedding matrix's name under the prefix.
 pub(crate) const EMBEDDINGS: &str = "embed_tokens.weight";
 
-/// The factor of the token embeddings (√hidden, rounded as the embeddings'
-/// dtype rounds it), and whether products are rounded to bf16 too.
-fn embedding_scale(spec: &Spec, w: &Weights) -> Option<(f32, bool)> {
-    if !spec.scaled_embeddings {
-        return None;
-    }
-    let root = (spec.hidden as f32).sqrt();
-    Some(match w.dtype(EMBEDDINGS) {
-        Some(safetensors::Dtype::BF16) => (half::bf16::from_f32(root).to_f32(), true),
-        Some(safetensors::Dtype::F16) => (half::f16::from_f32(root).to_f32(), false),
-        _ => (root, false),
-    })
+/// The factor of the token embeddings, √hidden in f32: transformers rounds
+/// it to the model's dtype at run time (`embed_scale.to(weight.dtype)`), and
+/// this engine computes in f32, as transformers does in float32.
+fn embedding_scale(spec: &Spec) -> Option<f32> {
+    spec.scaled_embeddings.then(|| (spec.hidden as f32).sqrt())
 }
 
 struct Layer {
@@ -202,11 +195,32 @@ struct Layer {
 /// Rows of the feed-forward run at once (bounds its buffers).
 const FEED_FORWARD_ROWS: usize = 1024;
 
+/// The token-embedding matrix: f32, or kept in bf16 as stored where the
+/// linear layers do not run in f32 (half the memory; rows widen on lookup).
+enum TokenEmbeddings {
+    F32(Vec<f32>),
+    Bf16(Vec<u16>),
+}
+
+impl TokenEmbeddings {
+    fn row_into(&self, id: usize, out: &mut [f32]) {
+        let h = out.len();
+        match self {
+            Self::F32(m) => out.copy_from_slice(&m[id * h..(id + 1) * h]),
+            Self::Bf16(m) => {
+                for (o, &b) in out.iter_mut().zip(&m[id * h..(id + 1) * h]) {
+                    *o = f32::from_bits(u32::from(b) << 16);
+                }
+            }
+        }
+    }
+}
+
 /// Decoder weights ready for the native forward pass.
 pub(crate) struct NativeDecoder {
     spec: Spec,
-    embed: Vec<f32>,
-    embed_scale: Option<(f32, bool)>,
+    embed: TokenEmbeddings,
+    embed_scale: Option<f32>,
     layers: Vec<Layer>,
     norm: Vec<f32>,
     buffers: Reused<Buffers>,
@@ -339,9 +353,17 @@ impl NativeDecoder {
             }
             layers.push(layer);
         }
+        let shape = [spec.vocab, h];
+        let embed = match plan.of(Role::AttentionOut) {
+            Arithmetic::F32 => TokenEmbeddings::F32(w.get(EMBEDDINGS, &shape)?),
+            _ => match w.get_bf16(EMBEDDINGS, &shape)? {
+                Some(bits) => TokenEmbeddings::Bf16(bits),
+                None => TokenEmbeddings::F32(w.get(EMBEDDINGS, &shape)?),
+            },
+        };
         Ok(Self {
-            embed: w.get(EMBEDDINGS, &[spec.vocab, h])?,
-            embed_scale: embedding_scale(spec, w),
+            embed,
+            embed_scale: embedding_scale(spec),
             norm: src.norm("norm", h, off)?,
             layers,
             spec: spec.clone(),
@@ -424,14 +446,10 @@ impl NativeDecoder {
             .chunks_exact_mut(h)
             .zip(batch.iter().flat_map(|t| t.ids.iter()))
         {
-            let id = id as usize;
-            row.copy_from_slice(&self.embed[id * h..(id + 1) * h]);
-            if let Some((scale, bf16)) = self.embed_scale {
+            self.embed.row_into(id as usize, row);
+            if let Some(scale) = self.embed_scale {
                 for v in row.iter_mut() {
                     *v *= scale;
-                    if bf16 {
-                        *v = half::bf16::from_f32(*v).to_f32();
-                    }
                 }
             }
         }
@@ -681,7 +699,7 @@ impl CandleDecoder {
         }
         Ok(Self {
             embed: vb.get((spec.vocab, h), EMBEDDINGS).map_err(bad)?,
-            embed_scale: embedding_scale(spec, w).map(|(s, _)| f64::from(s)),
+            embed_scale: embedding_scale(spec).map(f64::from),
             norm: norm("norm", h)?,
             layers,
             spec: spec.clone(),

@@ -2,7 +2,8 @@
 //! transformers' `Gemma3TextModel`, on the shared decoder engine.
 //!
 //! What sets Gemma3 apart, as transformers 5.24 computes it: token
-//! embeddings times √hidden (rounded to the embeddings' dtype); RMSNorm as
+//! embeddings times √hidden (rounded to the model's run-time dtype by
+//! transformers: f32 here, as in a float32 run); RMSNorm as
 //! `x · (1 + w)`; four norms per layer (input, post-attention,
 //! pre-feed-forward, post-feed-forward); RMSNorm of queries and keys per
 //! head; the attention scale `query_pre_attn_scalar^-½`; a GeGLU
