@@ -16,6 +16,8 @@ right-padded batches).
   remote code), so the reference runs transformers' Qwen3Model on the same weights with an
   all-visible 4D attention mask over the real tokens (bidirectional), masked mean pooling, and
   pplx-embed's Int8TanhQuantizer (`clamp(round(tanh(x)·127), -128, 127)`), in that order.
+- test-mistral-embedding: sentence-transformers 6.2 loads it as it is (transformers'
+  MistralModel, causal with its 24-token sliding window).
 - test-jina-v5: peft loads adapters/<task>/ onto transformers' Qwen3Model and merges it
   (`merge_and_unload`), for tasks retrieval and text-matching; sentence-transformers then
   pools and normalises (last token) with the prompts "Query: " / "Document: ".
@@ -52,6 +54,26 @@ def st_encode(st, docs, queries):
 def token_digests(st, texts, prompt):
     tok = st.tokenizer
     return [digest(tok(prompt + t, truncation=True, max_length=MAX_LENGTH)["input_ids"]) for t in texts]
+
+
+def mistral(docs, queries):
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel
+
+    path = MODELS / "test-mistral-embedding"
+    model, info = AutoModel.from_pretrained(path, dtype=torch.float32, output_loading_info=True)
+    assert type(model).__name__ == "MistralModel", type(model)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    st = SentenceTransformer(str(path), device="cpu")
+    d, q = st_encode(st, docs, queries)
+    prompt = st.prompts["query"]
+    return {
+        "sliding_window": model.config.sliding_window,
+        "query_prompt": prompt,
+        "tokens": {"documents": token_digests(st, docs, ""), "queries": token_digests(st, queries, prompt)},
+        "documents": vectors(d),
+        "queries": vectors(q),
+    }
 
 
 def gemma3(name, docs, queries):
@@ -179,6 +201,7 @@ def main():
         "test-pplx-embedding": pplx(docs, qs),
         "test-jina-v5/retrieval": jina(docs, qs, "retrieval"),
         "test-jina-v5/text-matching": jina(docs, qs, "text-matching"),
+        "test-mistral-embedding": mistral(docs, qs),
     }
     longest = max(m["tokens"]["documents"][i]["len"] for m in models.values() for i in range(SKILLS))
     fixture = {

@@ -21,6 +21,9 @@ against transformers / sentence-transformers on it (scripts/make_registry_fixtur
   retrieval and text-matching; last-token pooling, Normalize, prompts query "Query: " and
   document "Document: ".
 
+- models/test-mistral-embedding: `MistralModel` (mistral), causal in a sliding window of 24 tokens
+  (inputs up to 512), last-token pooling, Normalize, Qwen3-Embedding's tokenizer (EOS appended);
+  the backbone of NV-Embed-v1 (whose latent-attention pooling is not read yet).
 - models/test-jina-reranker-v2: an XLM-RoBERTa sequence classifier (1 label) in jina-reranker-v2's
   own "flash" layout: config.json with no model_type, `XLMRobertaFlashConfig` in auto_map,
   1,026 positions; tensors `roberta.emb_ln`, `roberta.encoder.layers.N.mixer.Wqkv` (query, key
@@ -321,6 +324,31 @@ def jina_model(models, tokenizer, seed):
     print(f"{out}: built")
 
 
+def mistral_model(models, tokenizer, seed):
+    out = models / "test-mistral-embedding"
+    if (out / "model.safetensors").exists():
+        print(f"{out}: present")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    t = {}
+    for name, (shape, blob) in qwen3_weights(rng, "", f32).items():
+        if "q_norm" in name or "k_norm" in name:
+            continue  # Mistral has no per-head query/key norms
+        t[name] = (shape, blob)
+    write_safetensors(out / "model.safetensors", t)
+    config = qwen3_config("mistral")
+    for key in ["layer_types", "max_window_layers", "use_sliding_window", "attention_bias"]:
+        config.pop(key)
+    config["architectures"] = ["MistralModel"]
+    config["sliding_window"] = 24
+    write_json(out / "config.json", config)
+    tokenizer_files(out, tokenizer, append_eos=True)
+    st_files(out, "lasttoken", True, {"query": "Instruct: Given a question, retrieve passages that answer the question\nQuery: ", "document": ""})
+    readme(out)
+    print(f"{out}: built")
+
+
 def jina_reranker_model(models, seed):
     src = models / "multilingual-e5-small"
     out = models / "test-jina-reranker-v2"
@@ -432,6 +460,7 @@ def main():
     pplx_model(models, tokenizer, args.seed + 2)
     jina_model(models, tokenizer, args.seed + 3)
     jina_reranker_model(models, args.seed + 4)
+    mistral_model(models, tokenizer, args.seed + 5)
 
 
 if __name__ == "__main__":

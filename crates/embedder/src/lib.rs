@@ -58,7 +58,9 @@ pub use config::{Pooling, SentenceTransformersConfig};
 pub use encoder::{Encoder, EncoderOptions};
 pub use error::{Error, Result};
 pub use files::{ModelFiles, TensorFile, Weights};
-pub use models::{BertConfig, Gemma3Config, ModelConfig, Qwen3Config, SUPPORTED_TYPES, Tokens};
+pub use models::{
+    BertConfig, Gemma3Config, MistralConfig, ModelConfig, Qwen3Config, SUPPORTED_TYPES, Tokens,
+};
 pub use tokenize::{Cut, Tokenization};
 
 /// Which engine runs the model.

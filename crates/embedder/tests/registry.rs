@@ -3,8 +3,8 @@
 //! causal with last-token pooling and bidirectional with mean pooling (a
 //! sliding window far shorter than the inputs, both layer kinds, linearly
 //! scaled RoPE on the full layers), Qwen3 run bidirectionally with pplx-embed's
-//! int8 tanh output, and Qwen3 with jina-embeddings-v5's per-task LoRA
-//! adapters. Token ids, then vectors on every engine and precision.
+//! int8 tanh output, Qwen3 with jina-embeddings-v5's per-task LoRA
+//! adapters, and Mistral in its sliding window. Token ids, then vectors on every engine and precision.
 //!
 //! The reference comes from scripts/make_registry_fixture.py; the TEST models
 //! from scripts/make_registry_models.py; the texts from ../shared/skillret-sample.
@@ -23,7 +23,7 @@ use serde_json::Value;
 const SCRIPT: &str = "scripts/fetch-models.sh && python3 scripts/make_registry_models.py";
 
 /// The fixture's entries: key, model directory name, LoRA task.
-const MODELS: [(&str, &str, Option<&str>); 5] = [
+const MODELS: [(&str, &str, Option<&str>); 6] = [
     ("test-gemma3-embedding", "test-gemma3-embedding", None),
     (
         "test-gemma3-bidirectional",
@@ -37,6 +37,7 @@ const MODELS: [(&str, &str, Option<&str>); 5] = [
         "test-jina-v5",
         Some("text-matching"),
     ),
+    ("test-mistral-embedding", "test-mistral-embedding", None),
 ];
 
 struct Setup {

@@ -15,6 +15,7 @@ pub(crate) mod bert;
 pub(crate) mod decoder;
 pub(crate) mod gemma3;
 pub(crate) mod lora;
+pub(crate) mod mistral;
 pub(crate) mod qwen3;
 
 use std::path::Path;
@@ -27,6 +28,7 @@ use crate::{Backend, Precision};
 
 pub use bert::BertConfig;
 pub use gemma3::Gemma3Config;
+pub use mistral::MistralConfig;
 pub use qwen3::Qwen3Config;
 
 /// One tokenised input: token ids, and token types (empty: all type 0).
@@ -65,12 +67,14 @@ pub enum ModelConfig {
     Qwen3(Qwen3Config),
     /// Gemma3 text decoders (harrier-oss-v1-270m, KaLM-Embedding-Gemma3).
     Gemma3(Gemma3Config),
+    /// Mistral decoders (causal, with or without a sliding window).
+    Mistral(MistralConfig),
 }
 
 const BERT_TYPES: [&str; 4] = ["bert", "roberta", "xlm-roberta", "camembert"];
 
 /// Every `model_type` [`ModelConfig::read`] takes.
-pub const SUPPORTED_TYPES: [&str; 8] = [
+pub const SUPPORTED_TYPES: [&str; 9] = [
     "bert",
     "roberta",
     "xlm-roberta",
@@ -79,6 +83,7 @@ pub const SUPPORTED_TYPES: [&str; 8] = [
     "bidirectional_pplx_qwen3",
     "gemma3_text",
     "gemma3",
+    "mistral",
 ];
 
 impl ModelConfig {
@@ -100,6 +105,7 @@ impl ModelConfig {
                 Ok(Self::Qwen3(Qwen3Config::parse(path, value, true)?))
             }
             (Some("gemma3_text"), _) => Ok(Self::Gemma3(Gemma3Config::parse(path, value)?)),
+            (Some("mistral"), _) => Ok(Self::Mistral(MistralConfig::parse(path, value)?)),
             (Some("gemma3"), _) => {
                 // The multimodal wrapper: the text decoder's config is nested.
                 let text = value.get("text_config").cloned().ok_or_else(|| {
@@ -127,6 +133,7 @@ impl ModelConfig {
             Self::Bert(_) => "bert",
             Self::Qwen3(_) => "qwen3",
             Self::Gemma3(_) => "gemma3",
+            Self::Mistral(_) => "mistral",
         }
     }
 
@@ -136,6 +143,7 @@ impl ModelConfig {
             Self::Bert(c) => c.hidden_size,
             Self::Qwen3(c) => c.hidden_size,
             Self::Gemma3(c) => c.hidden_size,
+            Self::Mistral(c) => c.hidden_size,
         }
     }
 
@@ -145,6 +153,7 @@ impl ModelConfig {
             Self::Bert(c) => c.vocab_size,
             Self::Qwen3(c) => c.vocab_size,
             Self::Gemma3(c) => c.vocab_size,
+            Self::Mistral(c) => c.vocab_size,
         }
     }
 
@@ -152,7 +161,7 @@ impl ModelConfig {
     pub fn type_vocab_size(&self) -> usize {
         match self {
             Self::Bert(c) => c.type_vocab_size,
-            Self::Qwen3(_) | Self::Gemma3(_) => 1,
+            Self::Qwen3(_) | Self::Gemma3(_) | Self::Mistral(_) => 1,
         }
     }
 
@@ -162,6 +171,7 @@ impl ModelConfig {
             Self::Bert(c) => c.max_input_length(),
             Self::Qwen3(c) => c.max_position_embeddings,
             Self::Gemma3(c) => c.max_position_embeddings,
+            Self::Mistral(c) => c.max_position_embeddings,
         }
     }
 
@@ -172,7 +182,7 @@ impl ModelConfig {
             Self::Bert(_) => Pooling::Mean,
             Self::Qwen3(c) if c.bidirectional => Pooling::Mean,
             Self::Gemma3(c) if c.bidirectional => Pooling::Mean,
-            Self::Qwen3(_) | Self::Gemma3(_) => Pooling::LastToken,
+            Self::Qwen3(_) | Self::Gemma3(_) | Self::Mistral(_) => Pooling::LastToken,
         }
     }
 
@@ -182,6 +192,7 @@ impl ModelConfig {
             Self::Bert(_) => None,
             Self::Qwen3(c) => Some((c.spec(), &qwen3::PREFIXES)),
             Self::Gemma3(c) => Some((c.spec.clone(), &gemma3::PREFIXES)),
+            Self::Mistral(c) => Some((c.spec.clone(), &mistral::PREFIXES)),
         }
     }
 }
