@@ -262,6 +262,91 @@ fn embed_bad_input_names_the_line_and_writes_nothing() {
     assert!(!output.exists());
 }
 
+/// A copy of a TEST model directory (files and one level of folders).
+fn copy_model_dir(src: &Path, dst: &Path) {
+    for entry in std::fs::read_dir(src).unwrap() {
+        let entry = entry.unwrap();
+        let target = dst.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_model_dir(&entry.path(), &{
+                std::fs::create_dir_all(&target).unwrap();
+                target
+            });
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn embed_refuses_registry_models_it_cannot_run_and_writes_nothing() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let (jina, gemma) = (
+        root.join("models/test-jina-v5"),
+        root.join("models/test-gemma3-embedding"),
+    );
+    if !jina.join("model.safetensors").is_file() || !gemma.join("model.safetensors").is_file() {
+        eprintln!("skipping: run python3 scripts/make_registry_models.py");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "\"x\"\n").unwrap();
+    let output = dir.path().join("out.jsonl");
+    let embed = |model: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "embed",
+            "--model",
+            path(model),
+            "--input",
+            path(&input),
+            "--output",
+            path(&output),
+        ];
+        args.extend_from_slice(extra);
+        let out = pipeline(&args);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        assert!(!output.exists(), "an output was written");
+        text(&out.stderr)
+    };
+    // A LoRA task the model has no adapter for: the tasks it has.
+    let err = embed(&jina, &["--task", "summarise"]);
+    assert!(
+        err.contains("\"summarise\"") && err.contains("retrieval, text-matching"),
+        "{err}"
+    );
+    // An unsupported architecture: every supported model type.
+    let bad = dir.path().join("bad");
+    std::fs::create_dir(&bad).unwrap();
+    copy_model_dir(&gemma, &bad);
+    let config = bad.join("config.json");
+    let edited = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("\"gemma3_text\"", "\"nvembed\"");
+    std::fs::write(&config, edited).unwrap();
+    let err = embed(&bad, &[]);
+    assert!(
+        err.contains("config.json") && err.contains("\"nvembed\""),
+        "{err}"
+    );
+    for t in embedder::SUPPORTED_TYPES {
+        assert!(err.contains(t), "{err} lacks {t}");
+    }
+    // A checkpoint missing a tensor: its name.
+    copy_model_dir(&gemma, &bad);
+    let bytes = std::fs::read(gemma.join("model.safetensors")).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let missing = "layers.2.self_attn.k_norm.weight";
+    let kept: Vec<_> = tensors
+        .tensors()
+        .into_iter()
+        .filter(|(n, _)| n != missing)
+        .collect();
+    safetensors::serialize_to_file(kept, None, &bad.join("model.safetensors")).unwrap();
+    let err = embed(&bad, &[]);
+    assert!(err.contains(missing), "{err}");
+}
+
 #[test]
 fn embed_explains_a_missing_model() {
     let dir = tempfile::tempdir().unwrap();

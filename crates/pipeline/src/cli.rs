@@ -228,7 +228,7 @@ pub struct EmbedArgs {
     #[arg(
         long,
         value_name = "TOML",
-        conflicts_with_all = ["model", "revision", "query_prompt", "document_prompt", "query_prompt_name", "document_prompt_name", "max_length"]
+        conflicts_with_all = ["model", "revision", "query_prompt", "document_prompt", "query_prompt_name", "document_prompt_name", "task", "max_length"]
     )]
     pub config: Option<PathBuf>,
 
@@ -266,6 +266,12 @@ pub struct EmbedArgs {
     /// The document prompt by its name in the model's prompts.
     #[arg(long, value_name = "NAME", conflicts_with = "document_prompt")]
     pub document_prompt_name: Option<String>,
+
+    /// The LoRA adapter to merge, for a model with per-task adapters
+    /// (`adapters/<TASK>/`, as jina-embeddings-v5) [default: retrieval
+    /// there]; an unknown task lists the model's tasks.
+    #[arg(long, value_name = "TASK")]
+    pub task: Option<String>,
 
     /// Truncate to this many tokens [default: the model's sentence-transformers
     /// max_seq_length, else its tokenizer's model_max_length, at most its

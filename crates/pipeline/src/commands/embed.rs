@@ -96,6 +96,9 @@ fn local(args: &EmbedArgs, texts: &[String], kind: Kind) -> Result<(Vec<f32>, us
     if let Some(name) = &args.document_prompt_name {
         options = options.with_document_prompt_name(name);
     }
+    if let Some(task) = &args.task {
+        options = options.with_task(task);
+    }
     let dir = model_dir(model, args.revision.as_deref())?;
     let model = LocalEmbedder::from_dir(&dir, options)
         .with_context(|| format!("loading the model {}", dir.display()))?;
