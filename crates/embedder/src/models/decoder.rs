@@ -17,6 +17,8 @@
 //! feed-forward run in blocks of rows. candle engine: the same graph on
 //! right-padded batches with an explicit mask per sequence (the CUDA path).
 
+use std::path::Path;
+
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Linear as CandleLinear, VarBuilder};
 use rayon::prelude::*;
@@ -121,6 +123,77 @@ impl Spec {
             return Err(("sliding_window", format!("{w} is not a window")));
         }
         Ok(())
+    }
+}
+
+/// `rope_parameters` of a config with one rotary base (transformers 5).
+#[derive(serde::Deserialize)]
+pub(crate) struct RopeParameters {
+    pub(crate) rope_theta: Option<f64>,
+    pub(crate) rope_type: Option<String>,
+}
+
+/// RMSNorm's epsilon where a config leaves it out.
+pub(crate) fn default_eps() -> f64 {
+    1e-6
+}
+
+/// The gate activation where a config leaves it out.
+pub(crate) fn default_act() -> String {
+    "silu".to_owned()
+}
+
+/// The one rotary base of a Qwen3 or Mistral config: `rope_theta`, else
+/// transformers 5's `rope_parameters.rope_theta`, else 10,000. A rotary
+/// type other than the default, or a scaling, is refused naming its field.
+pub(crate) fn single_rope_base(
+    path: &Path,
+    rope_theta: Option<f64>,
+    parameters: Option<&RopeParameters>,
+    scaling: Option<&serde_json::Value>,
+) -> Result<f64> {
+    let bad = |field: &str, message: String| Error::format(path, format!("{field}: {message}"));
+    if let Some(kind) = parameters
+        .and_then(|r| r.rope_type.as_deref())
+        .filter(|t| *t != "default")
+    {
+        return Err(bad(
+            "rope_parameters.rope_type",
+            format!("{kind:?} is not supported (default)"),
+        ));
+    }
+    if scaling.is_some_and(|v| !v.is_null()) {
+        return Err(bad(
+            "rope_scaling",
+            "scaled rotary positions are not supported".to_owned(),
+        ));
+    }
+    let theta = rope_theta
+        .or(parameters.and_then(|r| r.rope_theta))
+        .unwrap_or(10_000.0);
+    if !(theta.is_finite() && theta > 1.0) {
+        return Err(bad("rope_theta", format!("{theta} is not a rotary base")));
+    }
+    Ok(theta)
+}
+
+/// The width of one head: `head_dim`, else `hidden_size / heads` where it
+/// divides.
+pub(crate) fn head_dim(
+    path: &Path,
+    explicit: Option<usize>,
+    hidden: usize,
+    heads: usize,
+) -> Result<usize> {
+    match explicit {
+        Some(d) => Ok(d),
+        None if heads > 0 && hidden.is_multiple_of(heads) => Ok(hidden / heads),
+        None => Err(Error::format(
+            path,
+            format!(
+                "head_dim: absent, and hidden_size {hidden} is not a multiple of {heads} heads"
+            ),
+        )),
     }
 }
 

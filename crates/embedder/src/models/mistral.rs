@@ -10,7 +10,10 @@
 
 use std::path::Path;
 
-use super::decoder::{Activation, LayerKind, Rope, Spec};
+use super::decoder::{
+    Activation, LayerKind, Rope, RopeParameters, Spec, default_act, default_eps, head_dim,
+    single_rope_base,
+};
 use crate::error::{Error, Result};
 
 /// The Mistral architecture, from `config.json`.
@@ -48,19 +51,6 @@ struct RawConfig {
     sliding_window: Option<usize>,
 }
 
-#[derive(serde::Deserialize)]
-struct RopeParameters {
-    rope_theta: Option<f64>,
-    rope_type: Option<String>,
-}
-
-fn default_eps() -> f64 {
-    1e-6
-}
-fn default_act() -> String {
-    "silu".to_owned()
-}
-
 impl MistralConfig {
     pub(crate) fn parse(path: &Path, value: serde_json::Value) -> Result<Self> {
         let raw: RawConfig = serde_path_to_error::deserialize(value)
@@ -73,44 +63,14 @@ impl MistralConfig {
                 format!("{:?} is not supported (silu)", raw.hidden_act),
             );
         }
-        if raw.rope_scaling.as_ref().is_some_and(|v| !v.is_null()) {
-            return bad(
-                "rope_scaling",
-                "scaled rotary positions are not supported".to_owned(),
-            );
-        }
-        if let Some(kind) = raw
-            .rope_parameters
-            .as_ref()
-            .and_then(|r| r.rope_type.as_deref())
-            .filter(|t| *t != "default")
-        {
-            return bad(
-                "rope_parameters.rope_type",
-                format!("{kind:?} is not supported (default)"),
-            );
-        }
-        let theta = raw
-            .rope_theta
-            .or(raw.rope_parameters.and_then(|r| r.rope_theta))
-            .unwrap_or(10_000.0);
-        if !(theta.is_finite() && theta > 1.0) {
-            return bad("rope_theta", format!("{theta} is not a rotary base"));
-        }
+        let theta = single_rope_base(
+            path,
+            raw.rope_theta,
+            raw.rope_parameters.as_ref(),
+            raw.rope_scaling.as_ref(),
+        )?;
         let heads = raw.num_attention_heads;
-        let head_dim = match raw.head_dim {
-            Some(d) => d,
-            None if heads > 0 && raw.hidden_size.is_multiple_of(heads) => raw.hidden_size / heads,
-            None => {
-                return bad(
-                    "head_dim",
-                    format!(
-                        "absent, and hidden_size {} is not a multiple of {heads} heads",
-                        raw.hidden_size
-                    ),
-                );
-            }
-        };
+        let head_dim = head_dim(path, raw.head_dim, raw.hidden_size, heads)?;
         let spec = Spec {
             vocab: raw.vocab_size,
             hidden: raw.hidden_size,

@@ -15,7 +15,10 @@
 
 use std::path::Path;
 
-use super::decoder::{Activation, EMBEDDINGS, LayerKind, Rope, Spec};
+use super::decoder::{
+    Activation, EMBEDDINGS, LayerKind, Rope, RopeParameters, Spec, default_act, default_eps,
+    head_dim, single_rope_base,
+};
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
 
@@ -83,19 +86,6 @@ struct RawConfig {
     use_bidirectional_attention: Option<bool>,
 }
 
-#[derive(serde::Deserialize)]
-struct RopeParameters {
-    rope_theta: Option<f64>,
-    rope_type: Option<String>,
-}
-
-fn default_eps() -> f64 {
-    1e-6
-}
-fn default_act() -> String {
-    "silu".to_owned()
-}
-
 impl Qwen3Config {
     /// `bidirectional`: the model type says so (pplx-embed).
     pub(crate) fn parse(
@@ -127,32 +117,12 @@ impl Qwen3Config {
                 format!("{other:?} layers are not supported (full_attention)"),
             );
         }
-        let rope_type = raw
-            .rope_parameters
-            .as_ref()
-            .and_then(|r| r.rope_type.clone());
-        if let Some(kind) = rope_type.filter(|t| t != "default") {
-            return bad(
-                "rope_parameters.rope_type",
-                format!("{kind:?} is not supported (default)"),
-            );
-        }
-        if raw.rope_scaling.as_ref().is_some_and(|v| !v.is_null()) {
-            return bad(
-                "rope_scaling",
-                "scaled rotary positions are not supported".to_owned(),
-            );
-        }
-        let rope_theta = match (
+        let rope_theta = single_rope_base(
+            path,
             raw.rope_theta,
-            raw.rope_parameters.and_then(|r| r.rope_theta),
-        ) {
-            (Some(t), _) | (None, Some(t)) => t,
-            (None, None) => 10_000.0,
-        };
-        if !(rope_theta.is_finite() && rope_theta > 1.0) {
-            return bad("rope_theta", format!("{rope_theta} is not a rotary base"));
-        }
+            raw.rope_parameters.as_ref(),
+            raw.rope_scaling.as_ref(),
+        )?;
         let heads = raw.num_attention_heads;
         let kv = raw.num_key_value_heads.unwrap_or(heads);
         if heads == 0 || kv == 0 || !heads.is_multiple_of(kv) {
@@ -161,19 +131,7 @@ impl Qwen3Config {
                 format!("{kv} does not divide num_attention_heads {heads}"),
             );
         }
-        let head_dim = match raw.head_dim {
-            Some(d) => d,
-            None if raw.hidden_size.is_multiple_of(heads) => raw.hidden_size / heads,
-            None => {
-                return bad(
-                    "head_dim",
-                    format!(
-                        "absent, and hidden_size {} is not a multiple of {heads} heads",
-                        raw.hidden_size
-                    ),
-                );
-            }
-        };
+        let head_dim = head_dim(path, raw.head_dim, raw.hidden_size, heads)?;
         if head_dim == 0 || head_dim % 2 == 1 {
             return bad(
                 "head_dim",
