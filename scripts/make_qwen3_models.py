@@ -128,20 +128,28 @@ def write_json(path, value, indent=2):
 
 def embedding_tokenizer(src):
     """Qwen3-Embedding's tokenizer.json: the base one with `$A <|endoftext|>` appended."""
+    return template_tokenizer(src, EOS, EOS_ID, prepend=False)
+
+
+def template_tokenizer(src, token, token_id, prepend):
+    """The base tokenizer.json with the special `token` appended to each input (`$A token`), or
+    prepended (`token $A`, as a BOS)."""
     tok = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
     if tok["post_processor"] != byte_level:
         sys.exit(f"{src}/tokenizer.json: unexpected post_processor {tok['post_processor']}")
-    eos = {"SpecialToken": {"id": EOS, "type_id": 0}}
+    special = {"SpecialToken": {"id": token, "type_id": 0}}
+    a, b = {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 0}}
+    single, pair = ([special, a], [special, a, b]) if prepend else ([a, special], [a, b, special])
     tok["post_processor"] = {
         "type": "Sequence",
         "processors": [
             byte_level,
             {
                 "type": "TemplateProcessing",
-                "single": [{"Sequence": {"id": "A", "type_id": 0}}, eos],
-                "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 0}}, eos],
-                "special_tokens": {EOS: {"id": EOS, "ids": [EOS_ID], "tokens": [EOS]}},
+                "single": single,
+                "pair": pair,
+                "special_tokens": {token: {"id": token, "ids": [token_id], "tokens": [token]}},
             },
         ],
     }

@@ -18,6 +18,22 @@ right-padded batches).
   pplx-embed's Int8TanhQuantizer (`clamp(round(tanh(x)·127), -128, 127)`), in that order.
 - test-mistral-embedding: sentence-transformers 6.2 loads it as it is (transformers'
   MistralModel, causal with its 24-token sliding window).
+- test-nv-embed: NV-Embed-v1's modeling code is remote code (not installable here), so the reference
+  rebuilds it: transformers' MistralModel on the `embedding_model.` weights with every layer's
+  `self_attn.is_causal = False` (what NV-Embed's BidirectionalMistralModel sets), SDPA, and a
+  latent-attention block written from NV-Embed's published description (modeling_nvembed.py:
+  PreNorm LayerNorms, to_q / to_kv / to_out cross-attention to the learned latents with
+  scaled_dot_product_attention, GEGLU feed-forward, masked mean, L2) on the
+  `latent_attention_model.` weights, both loaded strictly. Texts are encoded as
+  NVEmbedModel.encode does: `instruction + text + eos_token`, right padding, the first
+  `len(tokenizer.tokenize(instruction))` positions zeroed in the pooling mask; queries get the
+  official evaluation's instruction, documents none. Two ways:
+  `official`: as skillret/eval.py under transformers 5 with its _compat.py, which makes the
+  bidirectional model run MistralModel.forward: batches of 4 in order, each given a 2D attention
+  mask, so transformers builds Mistral's sliding-window causal mask where a batch has padding (or
+  reaches the window) and skips it where it has none (then SDPA runs the non-causal layers
+  bidirectionally); `bidirectional`: every real token sees every real token (a 4D mask), as
+  NV-Embed was trained.
 - test-jina-v5: peft loads adapters/<task>/ onto transformers' Qwen3Model and merges it
   (`merge_and_unload`), for tasks retrieval and text-matching; sentence-transformers then
   pools and normalises (last token) with the prompts "Query: " / "Document: ".
@@ -155,6 +171,153 @@ def pplx(docs, queries):
     }
 
 
+NV_INSTRUCTION = "Instruct: Given a question, retrieve passages that answer the question\nQuery: "
+NV_BATCH = 4
+
+
+class PreNorm(torch.nn.Module):
+    def __init__(self, dim, fn, context=False):
+        super().__init__()
+        self.fn = fn
+        self.norm = torch.nn.LayerNorm(dim)
+        self.norm_context = torch.nn.LayerNorm(dim) if context else None
+
+    def forward(self, x, context=None):
+        x = self.norm(x)
+        if self.norm_context is not None:
+            return self.fn(x, self.norm_context(context))
+        return self.fn(x)
+
+
+class CrossAttention(torch.nn.Module):
+    def __init__(self, dim, heads, head_dim):
+        super().__init__()
+        inner = heads * head_dim
+        self.heads = heads
+        self.to_q = torch.nn.Linear(dim, inner, bias=False)
+        self.to_kv = torch.nn.Linear(dim, 2 * inner, bias=False)
+        self.to_out = torch.nn.Linear(inner, dim, bias=False)
+
+    def forward(self, x, context):
+        q = self.to_q(x)
+        k, v = self.to_kv(context).chunk(2, dim=-1)
+        split = lambda t: t.reshape(t.shape[0], t.shape[1], self.heads, -1).transpose(1, 2)
+        out = torch.nn.functional.scaled_dot_product_attention(split(q), split(k), split(v))
+        return self.to_out(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1))
+
+
+class GegluFeedForward(torch.nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(dim, 8 * dim), torch.nn.Identity(), torch.nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        a, gates = self.net[0](x).chunk(2, dim=-1)
+        return self.net[2](a * torch.nn.functional.gelu(gates))
+
+
+class LatentAttention(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        dim = c["latent_dim"]
+        self.cross_attend_blocks = torch.nn.ModuleList([
+            PreNorm(dim, CrossAttention(dim, c["num_cross_heads"], c["cross_dim_head"]), context=True),
+            PreNorm(dim, GegluFeedForward(dim)),
+        ])
+        self.latents = torch.nn.Parameter(torch.zeros(c["num_latents_value"], dim))
+
+    def forward(self, hiddens, pool_mask):
+        attend, ff = self.cross_attend_blocks
+        latents = self.latents.expand(hiddens.shape[0], -1, -1)
+        hiddens = attend(hiddens, context=latents) + hiddens
+        hiddens = ff(hiddens) + hiddens
+        m = pool_mask.unsqueeze(-1).float()
+        return torch.nn.functional.normalize((hiddens * m).sum(1) / pool_mask.sum(1, keepdim=True).float(), p=2, dim=-1)
+
+
+def nv_embed(docs, queries):
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer, MistralConfig, MistralModel
+
+    path = MODELS / "test-nv-embed"
+    config = json.loads((path / "config.json").read_text())
+    text = dict(config["text_config"])
+    assert text.pop("model_type") == "bidirectional_mistral"
+    model = MistralModel(MistralConfig(**text, attn_implementation="sdpa"))
+    assert model.config._attn_implementation == "sdpa", model.config._attn_implementation
+    state = load_file(path / "model.safetensors")
+    part = lambda prefix: {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    model.load_state_dict(part("embedding_model."), strict=True)
+    for layer in model.layers:
+        layer.self_attn.is_causal = False  # as BidirectionalMistralModel.__init__
+    latent = LatentAttention(config["latent_attention_config"])
+    latent.load_state_dict(part("latent_attention_model."), strict=True)
+    assert len(state) == len(part("embedding_model.")) + len(part("latent_attention_model."))
+    model.eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    window = model.config.sliding_window
+
+    def batch_of(texts, instruction):
+        full = [instruction + t + tok.eos_token for t in texts]
+        return tok(full, max_length=MAX_LENGTH, padding=True, return_token_type_ids=False, return_tensors="pt", truncation=True)
+
+    def encode(texts, instruction, mode):
+        skip = len(tok.tokenize(instruction)) if instruction else 0
+        out, kinds = [], {"bidirectional": 0, "causal": 0}
+        for start in range(0, len(texts), NV_BATCH):
+            batch = batch_of(texts[start : start + NV_BATCH], instruction)
+            keep = batch["attention_mask"]
+            n = keep.shape[1]
+            if mode == "official":
+                mask = keep
+                unpadded = bool(keep.all())
+                kinds["bidirectional" if unpadded and n < window else "causal"] += 1
+            else:
+                mask = keep.bool()[:, None, None, :].expand(-1, 1, n, n)
+            pool_mask = keep.clone()
+            pool_mask[:, :skip] = 0
+            with torch.inference_mode():
+                hidden = model(input_ids=batch["input_ids"], attention_mask=mask).last_hidden_state
+                out.append(latent(hidden, pool_mask).numpy())
+        return np.concatenate(out), kinds
+
+    # The official run's two kinds of batch really differ: an unpadded batch is bidirectional
+    # (the first token's state depends on the last), a padded one causal.
+    ids = tok(["alpha beta gamma delta"], return_tensors="pt")["input_ids"]
+    changed = ids.clone()
+    changed[0, -1] = 1000
+    with torch.inference_mode():
+        first = lambda i: model(input_ids=i, attention_mask=torch.ones_like(i)).last_hidden_state[0, 0]
+        assert not torch.allclose(first(ids), first(changed)), "an unpadded batch ran causally"
+        padded = lambda i: model(input_ids=torch.cat([i, torch.zeros_like(i[:, :1])], 1),
+                                 attention_mask=torch.cat([torch.ones_like(i), torch.zeros_like(i[:, :1])], 1)).last_hidden_state[0, 0]
+        assert torch.allclose(padded(ids), padded(changed)), "a padded batch ran bidirectionally"
+    bos = tok("x")["input_ids"][0]
+    assert bos == tok.convert_tokens_to_ids(tok.bos_token), "the tokenizer prepends no BOS"
+    digests = {
+        "documents": [digest(batch_of([t], "")["input_ids"][0].tolist()) for t in docs],
+        "queries": [digest(batch_of([t], NV_INSTRUCTION)["input_ids"][0].tolist()) for t in queries],
+    }
+    entries = {}
+    for mode in ["official", "bidirectional"]:
+        d, dk = encode(docs, "", mode)
+        q, qk = encode(queries, NV_INSTRUCTION, mode)
+        entries[f"test-nv-embed/{mode}"] = {
+            "attention": mode,
+            "query_prompt": NV_INSTRUCTION,
+            "instruction_tokens": len(tok.tokenize(NV_INSTRUCTION)),
+            "sliding_window": window,
+            "batch_size": NV_BATCH,
+            "batches": {"documents": dk, "queries": qk} if mode == "official" else None,
+            "tokens": digests,
+            "documents": vectors(d),
+            "queries": vectors(q),
+        }
+    official = entries["test-nv-embed/official"]["batches"]["documents"]
+    assert official["bidirectional"] > 0 and official["causal"] > 0, official
+    return entries
+
+
 def jina(docs, queries, task):
     from peft import PeftModel
     from sentence_transformers import SentenceTransformer
@@ -202,6 +365,7 @@ def main():
         "test-jina-v5/retrieval": jina(docs, qs, "retrieval"),
         "test-jina-v5/text-matching": jina(docs, qs, "text-matching"),
         "test-mistral-embedding": mistral(docs, qs),
+        **nv_embed(docs, qs),
     }
     longest = max(m["tokens"]["documents"][i]["len"] for m in models.values() for i in range(SKILLS))
     fixture = {

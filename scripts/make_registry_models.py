@@ -23,7 +23,16 @@ against transformers / sentence-transformers on it (scripts/make_registry_fixtur
 
 - models/test-mistral-embedding: `MistralModel` (mistral), causal in a sliding window of 24 tokens
   (inputs up to 512), last-token pooling, Normalize, Qwen3-Embedding's tokenizer (EOS appended);
-  the backbone of NV-Embed-v1 (whose latent-attention pooling is not read yet).
+  the backbone of NV-Embed-v1.
+- models/test-nv-embed: NV-Embed-v1's layout (model_type nvembed): the Mistral decoder of
+  test-mistral-embedding's shape under `embedding_model.` (text_config `bidirectional_mistral`,
+  sliding window 600, so that inputs cut at 512 tokens fit in it), then the latent-attention block
+  under `latent_attention_model.`: 16 latents, 2 cross-attention heads of width 64 (the hidden
+  size, as NV-Embed's 4,096), LayerNorms with biases, GEGLU feed-forward 8 × 64 → 4 × 64 → 64.
+  is_mask_instruction, add_eos, right padding; the Qwen3 tokenizer with a BOS prepended (as
+  NV-Embed's Llama tokenizer prepends `<s>`: here `<|endoftext|>`) and `<|im_end|>` as the EOS
+  that NVEmbedModel.encode appends to each text. No sentence-transformers files (the official
+  evaluation calls the model's own `encode`).
 - models/test-jina-reranker-v2: an XLM-RoBERTa sequence classifier (1 label) in jina-reranker-v2's
   own "flash" layout: config.json with no model_type, `XLMRobertaFlashConfig` in auto_map,
   1,026 positions; tensors `roberta.emb_ln`, `roberta.encoder.layers.N.mixer.Wqkv` (query, key
@@ -49,7 +58,7 @@ import sys
 from pathlib import Path
 
 from checkpoint_io import f32, uniform, write_safetensors
-from make_qwen3_models import embedding_tokenizer
+from make_qwen3_models import embedding_tokenizer, template_tokenizer
 from make_qwen3_models import weights as qwen3_weights
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -349,6 +358,103 @@ def mistral_model(models, tokenizer, seed):
     print(f"{out}: built")
 
 
+NV_LATENTS, NV_HEADS, NV_HEAD_DIM, NV_WINDOW = 16, 2, 64, 600
+BOS_TOKEN, BOS_ID = "<|endoftext|>", 151643
+
+
+def latent_weights(rng):
+    """NV-Embed's LatentAttentionModel tensors (modeling_nvembed.py names)."""
+    t = {}
+    p = "latent_attention_model."
+    inner = NV_HEADS * NV_HEAD_DIM
+
+    def matrix(name, n_in, n_out, bias=False):
+        t[p + name + ".weight"] = ([n_out, n_in], uniform(rng, n_in * n_out, math.sqrt(3.0 / n_in), f32))
+        if bias:
+            t[p + name + ".bias"] = ([n_out], uniform(rng, n_out, 0.05, f32))
+
+    def norm(name):
+        t[p + name + ".weight"] = ([HIDDEN], f32(1.0 + 0.1 * (2.0 * rng.random() - 1.0) for _ in range(HIDDEN)))
+        t[p + name + ".bias"] = ([HIDDEN], uniform(rng, HIDDEN, 0.05, f32))
+
+    t[p + "latents"] = ([NV_LATENTS, HIDDEN], uniform(rng, NV_LATENTS * HIDDEN, math.sqrt(3.0), f32))
+    norm("cross_attend_blocks.0.norm")
+    norm("cross_attend_blocks.0.norm_context")
+    matrix("cross_attend_blocks.0.fn.to_q", HIDDEN, inner)
+    matrix("cross_attend_blocks.0.fn.to_kv", HIDDEN, 2 * inner)
+    matrix("cross_attend_blocks.0.fn.to_out", inner, HIDDEN)
+    norm("cross_attend_blocks.1.norm")
+    matrix("cross_attend_blocks.1.fn.net.0", HIDDEN, 8 * HIDDEN, bias=True)
+    matrix("cross_attend_blocks.1.fn.net.2", 4 * HIDDEN, HIDDEN, bias=True)
+    return t
+
+
+def nv_embed_model(models, tokenizer, seed):
+    out = models / "test-nv-embed"
+    if (out / "model.safetensors").exists():
+        print(f"{out}: present")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    t = {}
+    for name, (shape, blob) in qwen3_weights(rng, "embedding_model.", f32).items():
+        if "q_norm" not in name and "k_norm" not in name:
+            t[name] = (shape, blob)
+    t.update(latent_weights(rng))
+    write_safetensors(out / "model.safetensors", t)
+    text = qwen3_config("bidirectional_mistral")
+    for key in ["layer_types", "max_window_layers", "use_sliding_window", "attention_bias", "_comment"]:
+        text.pop(key)
+    text["architectures"] = ["MistralModel"]
+    text["sliding_window"] = NV_WINDOW
+    write_json(
+        out / "config.json",
+        {
+            "_comment": WARNING,
+            "add_eos": True,
+            "add_pad_token": True,
+            "architectures": ["NVEmbedModel"],
+            "is_mask_instruction": True,
+            "latent_attention_config": {
+                "model_type": "latent_attention",
+                "cross_dim_head": NV_HEAD_DIM,
+                "hidden_dim": HIDDEN,
+                "latent_dim": HIDDEN,
+                "num_cross_heads": NV_HEADS,
+                "num_latents_value": NV_LATENTS,
+                "output_normalize": True,
+            },
+            "mask_type": "b",
+            "model_type": "nvembed",
+            "padding_side": "right",
+            "text_config": text,
+            "dtype": "float32",
+        },
+    )
+    (out / "tokenizer.json").write_text(template_tokenizer(tokenizer, BOS_TOKEN, BOS_ID, prepend=True), encoding="utf-8")
+    base = json.loads((tokenizer / "tokenizer_config.json").read_text())
+    write_json(
+        out / "tokenizer_config.json",
+        {
+            "add_prefix_space": False,
+            "backend": "tokenizers",
+            "bos_token": BOS_TOKEN,
+            "clean_up_tokenization_spaces": False,
+            "eos_token": base["eos_token"],
+            "errors": "replace",
+            "extra_special_tokens": base["additional_special_tokens"],
+            "model_max_length": 32768,
+            "pad_token": base["pad_token"],
+            "padding_side": "right",
+            "split_special_tokens": False,
+            "tokenizer_class": "Qwen2Tokenizer",
+            "unk_token": None,
+        },
+    )
+    readme(out)
+    print(f"{out}: built")
+
+
 def jina_reranker_model(models, seed):
     src = models / "multilingual-e5-small"
     out = models / "test-jina-reranker-v2"
@@ -461,6 +567,7 @@ def main():
     jina_model(models, tokenizer, args.seed + 3)
     jina_reranker_model(models, args.seed + 4)
     mistral_model(models, tokenizer, args.seed + 5)
+    nv_embed_model(models, tokenizer, args.seed + 6)
 
 
 if __name__ == "__main__":

@@ -351,6 +351,27 @@ pub fn tokenizer_max_length(dir: &Path) -> Result<Option<usize>> {
         .map(|n| n as usize))
 }
 
+/// The text of a special token in `tokenizer_config.json` (`field`, e.g.
+/// `eos_token`: a string, or an object with its `content`).
+pub fn tokenizer_special(dir: &Path, field: &str) -> Result<String> {
+    let path = dir.join("tokenizer_config.json");
+    let value: serde_json::Value = read_json(&path)?;
+    match value.get(field) {
+        Some(serde_json::Value::String(s)) => Ok(s.clone()),
+        Some(serde_json::Value::Object(o)) => match o.get("content") {
+            Some(serde_json::Value::String(s)) => Ok(s.clone()),
+            _ => Err(Error::format(
+                &path,
+                format!("{field}.content: not a string"),
+            )),
+        },
+        _ => Err(Error::format(
+            &path,
+            format!("{field}: absent, and the model appends it to every text"),
+        )),
+    }
+}
+
 /// Reads a JSON file into `T`, errors naming the file, line and column.
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let bytes = crate::error::read_file(

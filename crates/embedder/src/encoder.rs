@@ -217,11 +217,20 @@ impl Encoder {
         skip: usize,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<f32>> {
+        self.encode(inputs, Pool::new(pooling, skip), progress)
+    }
+
+    /// [`Encoder::encode_pooled`] with the attention of `pool.mask`.
+    pub(crate) fn encode(
+        &self,
+        inputs: &[Tokens],
+        pool: Pool,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<f32>> {
         if let Some(empty) = inputs.iter().position(|t| t.ids.is_empty()) {
             return Err(Error::Invalid(format!("input {empty} has no tokens")));
         }
         let dim = self.hidden_size();
-        let pool = Pool { pooling, skip };
         let mut data = vec![0.0f32; inputs.len() * dim];
         // Longest first, so batches hold inputs of similar length.
         let mut order: Vec<usize> = (0..inputs.len()).collect();
@@ -287,7 +296,7 @@ mod tests {
     fn pooling() {
         let states = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 10.0, 20.0];
         let lengths = [3, 1];
-        let pool = |pooling, skip| pool_states(&states, &lengths, 2, Pool { pooling, skip });
+        let pool = |pooling, skip| pool_states(&states, &lengths, 2, Pool::new(pooling, skip));
         assert_eq!(pool(Pooling::Mean, 0), [3.0, 4.0, 10.0, 20.0]);
         assert_eq!(pool(Pooling::Cls, 0), [1.0, 2.0, 10.0, 20.0]);
         assert_eq!(pool(Pooling::LastToken, 0), [5.0, 6.0, 10.0, 20.0]);

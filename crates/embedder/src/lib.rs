@@ -59,7 +59,8 @@ pub use encoder::{Encoder, EncoderOptions};
 pub use error::{Error, Result};
 pub use files::{ModelFiles, TensorFile, Weights};
 pub use models::{
-    BertConfig, Gemma3Config, MistralConfig, ModelConfig, Qwen3Config, SUPPORTED_TYPES, Tokens,
+    Attention, BertConfig, Gemma3Config, MistralConfig, ModelConfig, Qwen3Config, SUPPORTED_TYPES,
+    Tokens,
 };
 pub use tokenize::{Cut, Tokenization};
 
@@ -153,6 +154,9 @@ pub struct EmbedderOptions {
     /// adapters (jina-embeddings-v5: `adapters/<task>/`); `None`:
     /// `retrieval` where the model has adapters.
     pub task: Option<String>,
+    /// How NV-Embed's decoder attends (`None`: as the official evaluation
+    /// runs it); other models refuse it.
+    pub attention: Option<Attention>,
 }
 
 impl Default for EmbedderOptions {
@@ -169,6 +173,7 @@ impl Default for EmbedderOptions {
             backend: Backend::Native,
             precision: Precision::F32,
             task: None,
+            attention: None,
         }
     }
 }
@@ -234,6 +239,11 @@ impl EmbedderOptions {
     /// Selects the LoRA adapter of `task`.
     pub fn with_task(mut self, task: &str) -> Self {
         self.task = Some(task.to_owned());
+        self
+    }
+    /// Sets how NV-Embed's decoder attends.
+    pub fn with_attention(mut self, attention: Attention) -> Self {
+        self.attention = Some(attention);
         self
     }
 
@@ -367,8 +377,13 @@ pub struct LocalEmbedder {
     quantize: Option<config::Quantize>,
     prompts: Prompts,
     /// Prompt tokens left out of pooling, per kind (query, document):
-    /// non-zero only where the Pooling module says `include_prompt = false`.
+    /// non-zero only where the Pooling module says `include_prompt = false`
+    /// (or NV-Embed masks its instruction).
     skip: [usize; 2],
+    /// Appended to every text (NV-Embed's end-of-sequence token).
+    suffix: String,
+    /// NV-Embed's official groups: their size and the sliding window.
+    official_groups: Option<(usize, Option<usize>)>,
     options: EmbedderOptions,
 }
 
@@ -419,13 +434,55 @@ impl LocalEmbedder {
                 }
             }
         }
+        let mut normalize = options.normalize.or(st.normalize).unwrap_or(true);
+        let mut suffix = String::new();
+        let mut official_groups = None;
+        match encoder.config() {
+            ModelConfig::NvEmbed(c) => {
+                if pooling != Pooling::Mean {
+                    return Err(Error::Invalid(format!(
+                        "{}: pooling {pooling:?}: NV-Embed pools by latent attention and a mean",
+                        dir.display()
+                    )));
+                }
+                normalize = options.normalize.unwrap_or(c.latent.output_normalize);
+                if c.add_eos {
+                    suffix = config::tokenizer_special(dir, "eos_token")?;
+                }
+                // NVEmbedModel.encode masks `len(tokenizer.tokenize(instruction))`
+                // leading positions: the instruction's tokens without the
+                // specials, counted from the BOS.
+                skip = [0; 2];
+                if c.mask_instruction {
+                    for (slot, prompt) in skip.iter_mut().zip([&prompts.query, &prompts.document]) {
+                        *slot = encoder.token_ids(prompt)?.len();
+                    }
+                }
+                if options.attention.unwrap_or_default() == Attention::Official {
+                    official_groups =
+                        Some((models::nvembed::OFFICIAL_GROUP, c.mistral.sliding_window));
+                }
+            }
+            other => {
+                if let Some(a) = options.attention {
+                    return Err(Error::Invalid(format!(
+                        "{}: attention {:?}: only NV-Embed (nvembed) models take an attention choice, this is a {} model",
+                        dir.display(),
+                        a.name(),
+                        other.family()
+                    )));
+                }
+            }
+        }
         Ok(Self {
             encoder,
             pooling,
-            normalize: options.normalize.or(st.normalize).unwrap_or(true),
+            normalize,
             quantize: st.quantize,
             prompts,
             skip,
+            suffix,
+            official_groups,
             options,
         })
     }
@@ -466,6 +523,23 @@ impl LocalEmbedder {
         self.normalize
     }
 
+    /// How the model attends, for models that offer a choice (NV-Embed).
+    pub fn attention(&self) -> Option<Attention> {
+        match self.config() {
+            ModelConfig::NvEmbed(_) => Some(if self.official_groups.is_some() {
+                Attention::Official
+            } else {
+                Attention::Bidirectional
+            }),
+            _ => None,
+        }
+    }
+
+    /// What every text gets appended (NV-Embed's end-of-sequence token).
+    pub fn suffix(&self) -> &str {
+        &self.suffix
+    }
+
     /// The prompt added before texts of `kind`.
     pub fn prompt(&self, kind: Kind) -> &str {
         self.prompts.get(kind)
@@ -474,9 +548,10 @@ impl LocalEmbedder {
     /// Token ids of each text (prompt added, truncated), as the model sees them.
     pub fn tokenize<S: AsRef<str> + Sync>(&self, texts: &[S], kind: Kind) -> Result<Vec<Vec<u32>>> {
         let prompt = self.prompt(kind);
+        let suffix = &self.suffix;
         let inputs: Vec<String> = texts
             .iter()
-            .map(|text| format!("{prompt}{}", text.as_ref()))
+            .map(|text| format!("{prompt}{}{suffix}", text.as_ref()))
             .collect();
         Ok(self
             .encoder
@@ -523,9 +598,13 @@ impl LocalEmbedder {
             })
             .collect();
         let skip = self.skip[usize::from(kind == Kind::Document)];
-        let mut data = self
-            .encoder
-            .encode_pooled(&inputs, self.pooling, skip, progress)?;
+        let pool = models::Pool::new(self.pooling, skip);
+        let mut data = match self.official_groups {
+            None => self.encoder.encode(&inputs, pool, progress)?,
+            Some((group, window)) => {
+                self.encode_official(&inputs, pool, group, window, progress)?
+            }
+        };
         let dim = self.dim();
         for row in data.chunks_exact_mut(dim) {
             if self.normalize {
@@ -539,14 +618,69 @@ impl LocalEmbedder {
     }
 }
 
+impl LocalEmbedder {
+    /// NV-Embed as the official evaluation runs it under transformers 5:
+    /// groups of `group` inputs in order; a group of inputs of one length,
+    /// shorter than the window, runs bidirectionally (the model's own
+    /// attention), any other causally in the window. Each input's vector
+    /// depends on its group only, so the two kinds are encoded apart.
+    fn encode_official(
+        &self,
+        inputs: &[Tokens],
+        pool: models::Pool,
+        group: usize,
+        window: Option<usize>,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<f32>> {
+        let mut causal = Vec::new();
+        let mut bidirectional = Vec::new();
+        for (g, members) in inputs.chunks(group).enumerate() {
+            let len = members[0].ids.len();
+            let unpadded = members.iter().all(|t| t.ids.len() == len);
+            let target = if unpadded && window.is_none_or(|w| len < w) {
+                &mut bidirectional
+            } else {
+                &mut causal
+            };
+            target.extend(g * group..g * group + members.len());
+        }
+        let dim = self.dim();
+        let mut data = vec![0.0f32; inputs.len() * dim];
+        let mut done = 0;
+        for (indices, mask) in [
+            (bidirectional, models::Mask::Configured),
+            (causal, models::Mask::Causal(window)),
+        ] {
+            if indices.is_empty() {
+                continue;
+            }
+            let part: Vec<Tokens> = indices.iter().map(|&i| inputs[i].clone()).collect();
+            let pooled = self
+                .encoder
+                .encode(&part, models::Pool { mask, ..pool }, &|n| {
+                    progress(done + n);
+                })?;
+            for (vector, &i) in pooled.chunks_exact(dim).zip(&indices) {
+                data[i * dim..(i + 1) * dim].copy_from_slice(vector);
+            }
+            done += indices.len();
+        }
+        Ok(data)
+    }
+}
+
 impl Embedder for LocalEmbedder {
     fn dim(&self) -> usize {
         self.encoder.hidden_size()
     }
 
     fn describe(&self) -> String {
+        let attention = match self.attention() {
+            Some(a) => format!(", {} attention", a.name()),
+            None => String::new(),
+        };
         format!(
-            "{} ({}, max {} tokens, {:?} pooling) on {}",
+            "{} ({}, max {} tokens, {:?} pooling{attention}) on {}",
             self.encoder.dir().display(),
             self.config().family(),
             self.encoder.max_length(),

@@ -4,7 +4,10 @@
 //! sliding window far shorter than the inputs, both layer kinds, linearly
 //! scaled RoPE on the full layers), Qwen3 run bidirectionally with pplx-embed's
 //! int8 tanh output, Qwen3 with jina-embeddings-v5's per-task LoRA
-//! adapters, and Mistral in its sliding window. Token ids, then vectors on every engine and precision.
+//! adapters, Mistral in its sliding window, and NV-Embed (a bidirectional
+//! Mistral, latent-attention pooling, its instruction mask and appended EOS)
+//! both as the official evaluation runs it and as it was trained. Token ids,
+//! then vectors on every engine and precision.
 //!
 //! The reference comes from scripts/make_registry_fixture.py; the TEST models
 //! from scripts/make_registry_models.py; the texts from ../shared/skillret-sample.
@@ -16,28 +19,59 @@ use std::path::PathBuf;
 
 use common::{check_digest, cosine};
 use embedder::{
-    Backend, EmbedderOptions, Error, Kind, LocalEmbedder, ModelConfig, Pooling, Precision,
+    Attention, Backend, EmbedderOptions, Error, Kind, LocalEmbedder, ModelConfig, Pooling,
+    Precision,
 };
 use serde_json::Value;
 
 const SCRIPT: &str = "scripts/fetch-models.sh && python3 scripts/make_registry_models.py";
 
-/// The fixture's entries: key, model directory name, LoRA task.
-const MODELS: [(&str, &str, Option<&str>); 6] = [
-    ("test-gemma3-embedding", "test-gemma3-embedding", None),
-    (
-        "test-gemma3-bidirectional",
-        "test-gemma3-bidirectional",
-        None,
-    ),
-    ("test-pplx-embedding", "test-pplx-embedding", None),
-    ("test-jina-v5/retrieval", "test-jina-v5", Some("retrieval")),
-    (
-        "test-jina-v5/text-matching",
-        "test-jina-v5",
-        Some("text-matching"),
-    ),
-    ("test-mistral-embedding", "test-mistral-embedding", None),
+/// One fixture entry: its key, the model directory, and what the options
+/// select.
+struct Entry {
+    key: &'static str,
+    dir: &'static str,
+    task: Option<&'static str>,
+    attention: Option<Attention>,
+    /// The query prompt is the caller's (the fixture's), not the model's:
+    /// NV-Embed ships none, the official evaluation passes its instruction
+    /// (as configs/nv-embed-v1.toml does).
+    caller_prompt: bool,
+}
+
+const fn entry(key: &'static str, dir: &'static str) -> Entry {
+    Entry {
+        key,
+        dir,
+        task: None,
+        attention: None,
+        caller_prompt: false,
+    }
+}
+
+const MODELS: [Entry; 8] = [
+    entry("test-gemma3-embedding", "test-gemma3-embedding"),
+    entry("test-gemma3-bidirectional", "test-gemma3-bidirectional"),
+    entry("test-pplx-embedding", "test-pplx-embedding"),
+    Entry {
+        task: Some("retrieval"),
+        ..entry("test-jina-v5/retrieval", "test-jina-v5")
+    },
+    Entry {
+        task: Some("text-matching"),
+        ..entry("test-jina-v5/text-matching", "test-jina-v5")
+    },
+    entry("test-mistral-embedding", "test-mistral-embedding"),
+    // The default: as the official evaluation runs it.
+    Entry {
+        caller_prompt: true,
+        ..entry("test-nv-embed/official", "test-nv-embed")
+    },
+    Entry {
+        attention: Some(Attention::Bidirectional),
+        caller_prompt: true,
+        ..entry("test-nv-embed/bidirectional", "test-nv-embed")
+    },
 ];
 
 struct Setup {
@@ -80,16 +114,25 @@ fn model_dir(name: &str) -> Option<PathBuf> {
     common::model(name, SCRIPT)
 }
 
-fn options(setup: &Setup, task: Option<&str>) -> EmbedderOptions {
+fn options(setup: &Setup, entry: &Entry) -> EmbedderOptions {
     let max = setup.fixture["max_length"].as_u64().unwrap() as usize;
-    let options = EmbedderOptions::default()
+    let mut options = EmbedderOptions::default()
         .with_max_length(max)
         // Ragged batches of a few inputs each.
         .with_batch_tokens(3000);
-    match task {
-        Some(task) => options.with_task(task),
-        None => options,
+    if let Some(task) = entry.task {
+        options = options.with_task(task);
     }
+    if let Some(attention) = entry.attention {
+        options = options.with_attention(attention);
+    }
+    if entry.caller_prompt {
+        let prompt = setup.fixture["models"][entry.key]["query_prompt"]
+            .as_str()
+            .unwrap();
+        options = options.with_query_prompt(prompt);
+    }
+    options
 }
 
 #[test]
@@ -149,11 +192,62 @@ fn the_architectures_are_read_as_transformers_reads_them() {
 }
 
 #[test]
+fn nv_embed_is_read_as_its_code_runs_it() {
+    let Some(setup) = setup() else { return };
+    let Some(dir) = model_dir("test-nv-embed") else {
+        return;
+    };
+    let ModelConfig::NvEmbed(c) = ModelConfig::read(&dir.join("config.json")).unwrap() else {
+        panic!("test-nv-embed: not detected as NV-Embed")
+    };
+    let official = &setup.fixture["models"]["test-nv-embed/official"];
+    assert_eq!(
+        c.mistral.sliding_window.map(|w| w as u64),
+        official["sliding_window"].as_u64()
+    );
+    assert!(c.mask_instruction && c.add_eos);
+    assert_eq!(c.latent.latents, 16);
+    let model = LocalEmbedder::from_dir(&dir, options(&setup, &MODELS[6])).unwrap();
+    assert_eq!(model.pooling(), Pooling::Mean);
+    assert!(model.normalize());
+    // The official run had batches of both kinds among the documents, and
+    // the two ways differ exactly where a batch ran causally.
+    let batches = &official["batches"]["documents"];
+    assert!(
+        batches["bidirectional"].as_u64().unwrap() > 0 && batches["causal"].as_u64().unwrap() > 0
+    );
+    let both = &setup.fixture["models"]["test-nv-embed/bidirectional"];
+    let a = common::vectors(&official["documents"], "f32le_base64");
+    let b = common::vectors(&both["documents"], "f32le_base64");
+    let differ = a
+        .iter()
+        .zip(&b)
+        .filter(|(a, b)| cosine(a, b) < 0.9999)
+        .count();
+    assert!(
+        differ > 0 && differ < a.len(),
+        "{differ} of {} differ",
+        a.len()
+    );
+    // Any other model refuses an attention choice.
+    let Some(gemma) = model_dir("test-gemma3-embedding") else {
+        return;
+    };
+    let err = LocalEmbedder::from_dir(
+        &gemma,
+        EmbedderOptions::default().with_attention(Attention::Bidirectional),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("only NV-Embed"), "{err}");
+}
+
+#[test]
 fn token_ids_equal_sentence_transformers() {
     let Some(setup) = setup() else { return };
-    for (key, name, task) in MODELS {
+    for e in &MODELS {
+        let (key, name) = (e.key, e.dir);
         let Some(dir) = model_dir(name) else { return };
-        let model = LocalEmbedder::from_dir(&dir, options(&setup, task)).unwrap();
+        let model = LocalEmbedder::from_dir(&dir, options(&setup, e)).unwrap();
         let want = &setup.fixture["models"][key];
         assert_eq!(
             model.prompt(Kind::Query),
@@ -178,11 +272,12 @@ fn token_ids_equal_sentence_transformers() {
 
 fn check(backend: Backend, precision: Precision, bound: f64) {
     let Some(setup) = setup() else { return };
-    for (key, name, task) in MODELS {
+    for e in &MODELS {
+        let (key, name) = (e.key, e.dir);
         let Some(dir) = model_dir(name) else { return };
         let model = LocalEmbedder::from_dir(
             &dir,
-            options(&setup, task)
+            options(&setup, e)
                 .with_backend(backend)
                 .with_precision(precision),
         )

@@ -24,7 +24,8 @@ use candle_nn::{Linear as CandleLinear, VarBuilder};
 use rayon::prelude::*;
 
 use super::lora::Lora;
-use super::{Model, Pool, Reused, Tokens, pool_padded, pool_states, sized};
+use super::nvembed::{CandleLatent, LatentPooler};
+use super::{Mask, Model, Pool, Reused, Tokens, pool_padded, pool_states, sized};
 use crate::attention::{self, Heads, QkvLayout};
 use crate::config::Pooling;
 use crate::error::{Error, Result};
@@ -89,9 +90,13 @@ pub(crate) struct Spec {
 }
 
 impl Spec {
-    fn heads(&self, kind: LayerKind) -> Heads {
-        let mut heads = Heads::new(self.query_heads, self.kv_heads, self.head_dim, self.causal);
-        heads.window = kind.window;
+    fn heads(&self, kind: LayerKind, mask: Mask) -> Heads {
+        let (causal, window) = match mask {
+            Mask::Configured => (self.causal, kind.window),
+            Mask::Causal(window) => (true, window),
+        };
+        let mut heads = Heads::new(self.query_heads, self.kv_heads, self.head_dim, causal);
+        heads.window = window;
         heads.scale = self.scale;
         heads
     }
@@ -296,6 +301,8 @@ pub(crate) struct NativeDecoder {
     embed_scale: Option<f32>,
     layers: Vec<Layer>,
     norm: Vec<f32>,
+    /// NV-Embed's pooling block, applied before the mean.
+    pub(crate) latent: Option<LatentPooler>,
     buffers: Reused<Buffers>,
 }
 
@@ -440,6 +447,7 @@ impl NativeDecoder {
             norm: src.norm("norm", h, off)?,
             layers,
             spec: spec.clone(),
+            latent: None,
             buffers: Reused::default(),
         })
     }
@@ -497,10 +505,13 @@ impl NativeDecoder {
         let c = &self.spec;
         let (h, d, inter) = (c.hidden, c.head_dim, c.intermediate);
         let eps = c.eps as f32;
-        let layout = QkvLayout::fused(c.heads(LayerKind {
-            window: None,
-            rope: 0,
-        }));
+        let layout = QkvLayout::fused(c.heads(
+            LayerKind {
+                window: None,
+                rope: 0,
+            },
+            pool.mask,
+        ));
         let lengths: Vec<usize> = batch.iter().map(|t| t.ids.len()).collect();
         let tokens: usize = lengths.iter().sum();
         let longest = lengths.iter().copied().max().unwrap_or(0);
@@ -535,7 +546,7 @@ impl NativeDecoder {
         sized(&mut b.act, ff_rows * inter);
         let last = self.layers.len().saturating_sub(1);
         for (l, layer) in self.layers.iter().enumerate() {
-            let heads = c.heads(layer.kind);
+            let heads = c.heads(layer.kind, pool.mask);
             let (cos, sin) = &tables[layer.kind.rope];
             b.normed.copy_from_slice(&b.x);
             Self::rms_norm_rows(&mut b.normed, h, &layer.input_norm, eps);
@@ -644,7 +655,10 @@ impl NativeDecoder {
             // where pooling picks rows.
             Pooling::Mean => {
                 Self::rms_norm_rows(&mut b.x, h, &self.norm, eps);
-                pool_states(&b.x, &lengths, h, pool)
+                match &self.latent {
+                    Some(latent) => latent.pool(&b.x, &lengths, pool),
+                    None => pool_states(&b.x, &lengths, h, pool),
+                }
             }
             Pooling::Cls | Pooling::LastToken => {
                 let mut picked = pool_states(&b.x, &lengths, h, pool);
@@ -662,6 +676,8 @@ pub(crate) struct CandleDecoder {
     embed_scale: Option<f64>,
     layers: Vec<CandleLayer>,
     norm: Tensor,
+    /// NV-Embed's pooling block, applied before the mean.
+    pub(crate) latent: Option<CandleLatent>,
     device: Device,
     dtype: DType,
 }
@@ -776,6 +792,7 @@ impl CandleDecoder {
             norm: norm("norm", h)?,
             layers,
             spec: spec.clone(),
+            latent: None,
             device: device.clone(),
             dtype,
         })
@@ -846,7 +863,7 @@ impl CandleDecoder {
             .collect::<candle_core::Result<Vec<_>>>()?;
         let chunk = (SCORE_BUDGET / (b * nq * len).max(1)).clamp(1, len.max(1));
         for layer in &self.layers {
-            let heads = c.heads(layer.kind);
+            let heads = c.heads(layer.kind, pool.mask);
             let (cos, sin) = &tables[layer.kind.rope];
             let hs = candle_nn::ops::rms_norm(&x, &layer.input_norm, eps)?;
             let split = |proj: &CandleLinear,
@@ -899,7 +916,10 @@ impl CandleDecoder {
             }
             x = (x + ff)?;
         }
-        let x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
+        let mut x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
+        if let Some(latent) = &self.latent {
+            x = latent.forward(&x)?;
+        }
         pool_padded(&x, &lengths, pool)
     }
 }

@@ -4,9 +4,8 @@
 //! it), as transformers 5's sliding-window causal mask — and a SwiGLU
 //! feed-forward, on the shared decoder engine.
 //!
-//! NV-Embed-v1 is a Mistral-7B run bidirectionally with latent-attention
-//! pooling; its `nvembed` checkpoints are not read yet (the pooling is not
-//! implemented), and are refused by model type.
+//! NV-Embed-v1's decoder is this one run bidirectionally, its `text_config`
+//! read here (`nvembed.rs` adds the latent-attention pooling).
 
 use std::path::Path;
 

@@ -16,6 +16,7 @@ pub(crate) mod decoder;
 pub(crate) mod gemma3;
 pub(crate) mod lora;
 pub(crate) mod mistral;
+pub(crate) mod nvembed;
 pub(crate) mod qwen3;
 
 use std::path::Path;
@@ -29,6 +30,7 @@ use crate::{Backend, Precision};
 pub use bert::BertConfig;
 pub use gemma3::Gemma3Config;
 pub use mistral::MistralConfig;
+pub use nvembed::{Attention, LatentConfig, NvEmbedConfig};
 pub use qwen3::Qwen3Config;
 
 /// One tokenised input: token ids, and token types (empty: all type 0).
@@ -47,6 +49,29 @@ pub(crate) struct Pool {
     /// Leading tokens left out of mean and CLS pooling (a prompt that
     /// sentence-transformers' `include_prompt = false` excludes).
     pub(crate) skip: usize,
+    /// The attention of this call.
+    pub(crate) mask: Mask,
+}
+
+impl Pool {
+    pub(crate) fn new(pooling: Pooling, skip: usize) -> Self {
+        Self {
+            pooling,
+            skip,
+            mask: Mask::Configured,
+        }
+    }
+}
+
+/// The attention of one forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Mask {
+    /// As the model's config says.
+    #[default]
+    Configured,
+    /// Causal, in this sliding window (NV-Embed's official groups that
+    /// transformers 5 runs with Mistral's mask).
+    Causal(Option<usize>),
 }
 
 /// A loaded model on one engine.
@@ -69,12 +94,15 @@ pub enum ModelConfig {
     Gemma3(Gemma3Config),
     /// Mistral decoders (causal, with or without a sliding window).
     Mistral(MistralConfig),
+    /// NV-Embed: a bidirectional Mistral decoder and latent-attention
+    /// pooling.
+    NvEmbed(NvEmbedConfig),
 }
 
 const BERT_TYPES: [&str; 4] = ["bert", "roberta", "xlm-roberta", "camembert"];
 
 /// Every `model_type` [`ModelConfig::read`] takes.
-pub const SUPPORTED_TYPES: [&str; 9] = [
+pub const SUPPORTED_TYPES: [&str; 10] = [
     "bert",
     "roberta",
     "xlm-roberta",
@@ -84,6 +112,7 @@ pub const SUPPORTED_TYPES: [&str; 9] = [
     "gemma3_text",
     "gemma3",
     "mistral",
+    "nvembed",
 ];
 
 impl ModelConfig {
@@ -106,6 +135,7 @@ impl ModelConfig {
             }
             (Some("gemma3_text"), _) => Ok(Self::Gemma3(Gemma3Config::parse(path, value)?)),
             (Some("mistral"), _) => Ok(Self::Mistral(MistralConfig::parse(path, value)?)),
+            (Some("nvembed"), _) => Ok(Self::NvEmbed(NvEmbedConfig::parse(path, value)?)),
             (Some("gemma3"), _) => {
                 // The multimodal wrapper: the text decoder's config is nested.
                 let text = value.get("text_config").cloned().ok_or_else(|| {
@@ -134,6 +164,7 @@ impl ModelConfig {
             Self::Qwen3(_) => "qwen3",
             Self::Gemma3(_) => "gemma3",
             Self::Mistral(_) => "mistral",
+            Self::NvEmbed(_) => "nvembed",
         }
     }
 
@@ -144,6 +175,7 @@ impl ModelConfig {
             Self::Qwen3(c) => c.hidden_size,
             Self::Gemma3(c) => c.hidden_size,
             Self::Mistral(c) => c.hidden_size,
+            Self::NvEmbed(c) => c.mistral.hidden_size,
         }
     }
 
@@ -154,6 +186,7 @@ impl ModelConfig {
             Self::Qwen3(c) => c.vocab_size,
             Self::Gemma3(c) => c.vocab_size,
             Self::Mistral(c) => c.vocab_size,
+            Self::NvEmbed(c) => c.mistral.vocab_size,
         }
     }
 
@@ -161,7 +194,7 @@ impl ModelConfig {
     pub fn type_vocab_size(&self) -> usize {
         match self {
             Self::Bert(c) => c.type_vocab_size,
-            Self::Qwen3(_) | Self::Gemma3(_) | Self::Mistral(_) => 1,
+            Self::Qwen3(_) | Self::Gemma3(_) | Self::Mistral(_) | Self::NvEmbed(_) => 1,
         }
     }
 
@@ -172,6 +205,7 @@ impl ModelConfig {
             Self::Qwen3(c) => c.max_position_embeddings,
             Self::Gemma3(c) => c.max_position_embeddings,
             Self::Mistral(c) => c.max_position_embeddings,
+            Self::NvEmbed(c) => c.mistral.max_position_embeddings,
         }
     }
 
@@ -182,6 +216,7 @@ impl ModelConfig {
             Self::Bert(_) => Pooling::Mean,
             Self::Qwen3(c) if c.bidirectional => Pooling::Mean,
             Self::Gemma3(c) if c.bidirectional => Pooling::Mean,
+            Self::NvEmbed(_) => Pooling::Mean,
             Self::Qwen3(_) | Self::Gemma3(_) | Self::Mistral(_) => Pooling::LastToken,
         }
     }
@@ -193,6 +228,7 @@ impl ModelConfig {
             Self::Qwen3(c) => Some((c.spec(), &qwen3::PREFIXES)),
             Self::Gemma3(c) => Some((c.spec.clone(), &gemma3::PREFIXES)),
             Self::Mistral(c) => Some((c.spec.clone(), &mistral::PREFIXES)),
+            Self::NvEmbed(c) => Some((c.mistral.spec.clone(), &nvembed::PREFIXES)),
         }
     }
 }
@@ -254,7 +290,11 @@ pub(crate) fn load(
         let model: Box<dyn Model> = match (config, &weights) {
             (ModelConfig::Bert(c), _) => Box::new(bert::NativeBert::load(files, c, plan)?),
             (_, Some((spec, w))) => {
-                Box::new(decoder::NativeDecoder::load(w, spec, plan, lora.as_ref())?)
+                let mut model = decoder::NativeDecoder::load(w, spec, plan, lora.as_ref())?;
+                if let ModelConfig::NvEmbed(c) = config {
+                    model.latent = Some(nvembed::LatentPooler::load(w, &c.latent, plan)?);
+                }
+                Box::new(model)
             }
             (_, None) => unreachable!("decoders have weights"),
         };
@@ -275,14 +315,14 @@ pub(crate) fn load(
                 } else {
                     candle_core::DType::F32
                 };
-                Box::new(decoder::CandleDecoder::load(
-                    files,
-                    w,
-                    spec,
-                    device,
-                    dtype,
-                    lora.as_ref(),
-                )?)
+                let mut model =
+                    decoder::CandleDecoder::load(files, w, spec, device, dtype, lora.as_ref())?;
+                if let ModelConfig::NvEmbed(c) = config {
+                    model.latent = Some(nvembed::CandleLatent::load(
+                        files, w, &c.latent, device, dtype,
+                    )?);
+                }
+                Box::new(model)
             }
             (_, None) => unreachable!("decoders have weights"),
         })
