@@ -322,11 +322,11 @@ fn embed_refuses_registry_models_it_cannot_run_and_writes_nothing() {
     let config = bad.join("config.json");
     let edited = std::fs::read_to_string(&config)
         .unwrap()
-        .replace("\"gemma3_text\"", "\"nvembed\"");
+        .replace("\"gemma3_text\"", "\"mamba\"");
     std::fs::write(&config, edited).unwrap();
     let err = embed(&bad, &[]);
     assert!(
-        err.contains("config.json") && err.contains("\"nvembed\""),
+        err.contains("config.json") && err.contains("\"mamba\""),
         "{err}"
     );
     for t in embedder::SUPPORTED_TYPES {

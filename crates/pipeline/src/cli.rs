@@ -228,7 +228,7 @@ pub struct EmbedArgs {
     #[arg(
         long,
         value_name = "TOML",
-        conflicts_with_all = ["model", "revision", "query_prompt", "document_prompt", "query_prompt_name", "document_prompt_name", "task", "max_length"]
+        conflicts_with_all = ["model", "revision", "query_prompt", "document_prompt", "query_prompt_name", "document_prompt_name", "task", "attention", "max_length"]
     )]
     pub config: Option<PathBuf>,
 
@@ -272,6 +272,14 @@ pub struct EmbedArgs {
     /// there]; an unknown task lists the model's tasks.
     #[arg(long, value_name = "TASK")]
     pub task: Option<String>,
+
+    /// How an NV-Embed model attends: `official` (as the official
+    /// evaluation runs it under transformers 5: groups of 4 inputs in order,
+    /// a group of one length below the sliding window bidirectional, any
+    /// other causal in the window) or `bidirectional` (as NV-Embed was
+    /// trained) [default: official]; other models refuse it.
+    #[arg(long, value_name = "MODE")]
+    pub attention: Option<embedder::Attention>,
 
     /// Truncate to this many tokens [default: the model's sentence-transformers
     /// max_seq_length, else its tokenizer's model_max_length, at most its

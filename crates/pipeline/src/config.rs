@@ -58,6 +58,8 @@ struct RawEmbedder {
     document_prompt_name: Option<String>,
     /// The LoRA adapter of a model with per-task adapters (jina-embeddings-v5).
     task: Option<String>,
+    /// How NV-Embed's decoder attends.
+    attention: Option<embedder::Attention>,
     pooling: Option<Pooling>,
     normalize: Option<bool>,
     max_length: Option<usize>,
@@ -362,6 +364,9 @@ pub struct EmbedderSettings {
     pub document_prompt_name: Option<String>,
     /// The LoRA adapter's task (models with `adapters/<task>/`).
     pub task: Option<String>,
+    /// How NV-Embed's decoder attends (default: as the official evaluation
+    /// runs it).
+    pub attention: Option<embedder::Attention>,
     /// Pooling override.
     pub pooling: Option<Pooling>,
     /// L2 normalisation override (default: the model directory's Normalize
@@ -831,6 +836,7 @@ fn resolve_embedder(
         query_prompt_name: e.query_prompt_name,
         document_prompt_name: e.document_prompt_name,
         task: e.task,
+        attention: e.attention,
         pooling: e.pooling,
         normalize: e.normalize,
         max_length: e.max_length,
@@ -1231,6 +1237,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("c.toml:4"), "{err}");
+    }
+
+    #[test]
+    fn nv_embed_attention_is_read_and_a_wrong_one_named_with_its_line() {
+        let with = |mode: &str| {
+            DENSE.replace(
+                "model = \"m\"\n",
+                &format!("model = \"m\"\nattention = \"{mode}\"\n"),
+            )
+        };
+        let s = parse(&with("bidirectional")).unwrap();
+        assert_eq!(
+            s.embedder.unwrap().attention,
+            Some(embedder::Attention::Bidirectional)
+        );
+        assert_eq!(parse(DENSE).unwrap().embedder.unwrap().attention, None);
+        let err = parse(&with("sideways")).unwrap_err().to_string();
+        assert!(err.contains("c.toml:5"), "{err}");
+        assert!(
+            err.contains("official") && err.contains("bidirectional"),
+            "{err}"
+        );
     }
 
     #[test]

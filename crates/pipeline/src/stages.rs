@@ -186,6 +186,9 @@ impl Vectors {
         if let Some(task) = &e.task {
             options = options.with_task(task);
         }
+        if let Some(a) = e.attention {
+            options = options.with_attention(a);
+        }
         if let Some(p) = e.pooling {
             options = options.with_pooling(p);
         }
@@ -234,9 +237,10 @@ impl Vectors {
                 let fingerprint = model_fingerprint(dir)?;
                 let dim = embedder::ModelConfig::read(&dir.join("config.json"))?.hidden_size();
                 let settings = format!(
-                    "model={fingerprint} revision={:?} task={:?} max_length={:?} pooling={:?} precision={:?} backend={:?}",
+                    "model={fingerprint} revision={:?} task={:?} attention={:?} max_length={:?} pooling={:?} precision={:?} backend={:?}",
                     e.model.as_ref().and_then(|m| m.revision.clone()),
                     e.task,
+                    e.attention,
                     e.max_length,
                     e.pooling,
                     e.precision.on_this_cpu(),

@@ -99,17 +99,24 @@ fn local(args: &EmbedArgs, texts: &[String], kind: Kind) -> Result<(Vec<f32>, us
     if let Some(task) = &args.task {
         options = options.with_task(task);
     }
+    if let Some(a) = args.attention {
+        options = options.with_attention(a);
+    }
     let dir = model_dir(model, args.revision.as_deref())?;
     let model = LocalEmbedder::from_dir(&dir, options)
         .with_context(|| format!("loading the model {}", dir.display()))?;
     let prompt = model.prompt(kind);
     eprintln!(
-        "{}: {}, {} texts, max {} tokens, {:?} pooling{}{}, on {}",
+        "{}: {}, {} texts, max {} tokens, {:?} pooling{}{}{}, on {}",
         dir.display(),
         model.config().family(),
         texts.len(),
         model.max_length(),
         model.pooling(),
+        match model.attention() {
+            Some(a) => format!(", {} attention", a.name()),
+            None => String::new(),
+        },
         if prompt.is_empty() {
             String::new()
         } else {
