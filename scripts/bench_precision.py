@@ -29,6 +29,12 @@ bf16 dot, int8 dot) and the share of it our dense layers reach on the models' sh
     python3 scripts/bench_precision.py [--only minilm,e5,cross,peak] [--repeat 1]
 
 ONNX exports are cached under target/bench-onnx/.
+
+--isa avx2 runs every engine capped at AVX2 + FMA: ours with SKILLRET_MAX_ISA=avx2, PyTorch with
+ATEN_CPU_CAPABILITY=avx2 and ONEDNN_MAX_CPU_ISA=AVX2 (set before torch is imported). ONNX Runtime
+has no such cap (its MLAS kernels pick AVX-512 by themselves), so on an AVX-512 CPU its rows are
+marked uncapped and no ratio to it is printed; on an AVX2-only CPU (`grep -c avx512f
+/proc/cpuinfo` gives 0) leave --isa out: everything runs at AVX2 anyway.
 """
 
 import argparse
@@ -200,13 +206,18 @@ def embedder_table(name, model, max_length, query_prefix, doc_prefix, args, torc
             rows.append((label, best, worst))
 
     ort_int8 = rows[2][1]
+    ratio = (lambda x: f"{x:9.2f}") if args.ort_capped else (lambda x: f"{'n/a':>9}")
     print(f"{'engine':<44} {'tokens/s':>9} {'×PyTorch':>9} {'×ORT int8':>9} {'worst cos':>10}")
     for label, seconds, worst in rows:
-        print(f"{label:<44} {tokens / seconds:9.0f} {rows[0][1] / seconds:9.2f} {ort_int8 / seconds:9.2f} {worst:10.6f}")
+        if label.startswith("ONNX") and not args.ort_capped:
+            label += " (uncapped)"
+        print(f"{label:<44} {tokens / seconds:9.0f} {rows[0][1] / seconds:9.2f} {ratio(ort_int8 / seconds)} {worst:10.6f}")
     ours = {r[0].split(" [")[0]: r[1] for r in rows}
-    print(f"ours bf16 / ours f32: {ours['ours f32'] / ours['ours bf16']:.2f}x; "
-          f"ours f32 / ORT f32: {rows[1][1] / ours['ours f32']:.2f}x; "
-          f"ours int8 / ORT int8: {ort_int8 / ours['ours int8']:.2f}x")
+    line = f"ours bf16 / ours f32: {ours['ours f32'] / ours['ours bf16']:.2f}x"
+    if args.ort_capped:
+        line += (f"; ours f32 / ORT f32: {rows[1][1] / ours['ours f32']:.2f}x; "
+                 f"ours int8 / ORT int8: {ort_int8 / ours['ours int8']:.2f}x")
+    print(line)
 
 
 def cross_table(model, max_length, args, torch):
@@ -260,21 +271,25 @@ def cross_table(model, max_length, args, torch):
 
     print(f"{'engine':<20} {'pairs/s':>8} {'×PyTorch':>9} {'×ORT int8':>9} {'worst |Δ score|':>16} {'top-20 orders changed':>22}")
     for label, seconds, scores in rows:
-        print(f"{label:<20} {len(pairs) / seconds:8.1f} {rows[0][1] / seconds:9.2f} {rows[2][1] / seconds:9.2f} "
+        to_ort = f"{rows[2][1] / seconds:9.2f}" if args.ort_capped else f"{'n/a':>9}"
+        print(f"{label:<20} {len(pairs) / seconds:8.1f} {rows[0][1] / seconds:9.2f} {to_ort} "
               f"{np.abs(scores - ref).max():16.2e} {order_changes(scores):>14} of {len(queries)}")
 
 
 def peak_table():
     proc = subprocess.run([str(BENCH_LINEAR), "--tsv"], capture_output=True, text=True, check=True)
-    peaks, layers = {}, []
+    peaks, layers, level = {}, [], "?"
     for line in proc.stdout.splitlines():
         f = line.split("\t")
-        if f[0] == "peak":
+        if f[0] == "level":
+            level = f[1]
+        elif f[0] == "peak":
             peaks[f[1]] = float(f[2])
         elif f[0] == "layer":
             layers.append(f[1:])
-    print("\n## this CPU's peaks (registers only, all threads) and our dense layers' share of them (4096 rows)")
-    print("  ".join(f"{k} {v:.0f} G{'FLOP' if k != 'int8' else 'OP'}/s" for k, v in peaks.items()))
+    print(f"\n## this CPU's peaks (registers only, all threads) and our dense layers' share of the peak of the "
+          f"instruction each runs on, kernels at the {level} level (4096 rows)")
+    print("  ".join(f"{k} {v:.0f} G{'OP' if 'vnni' in k else 'FLOP'}/s" for k, v in peaks.items()))
     shapes = list(dict.fromkeys((l[0], l[1], l[2]) for l in layers))
     print(f"{'layer':<24}" + "".join(f"{p:>18}" for p in PRECISIONS))
     for name, i, o in shapes:
@@ -291,7 +306,15 @@ def main():
                     help="models/ directory of the cross-encoder (default: skill-reranker-minilm if trained, "
                          "else test-bert-cross-encoder)")
     ap.add_argument("--sample", default=str(ROOT.parent / "shared/skillret-sample"))
+    ap.add_argument("--isa", choices=["native", "avx2"], default="native",
+                    help="cap every engine that can be capped at AVX2 + FMA (see above)")
     args = ap.parse_args()
+    cpu_avx512 = "avx512f" in Path("/proc/cpuinfo").read_text()
+    args.ort_capped = args.isa == "native" or not cpu_avx512
+    if args.isa == "avx2":
+        os.environ["SKILLRET_MAX_ISA"] = "avx2"
+        os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
+        os.environ["ONEDNN_MAX_CPU_ISA"] = "AVX2"
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     os.environ["RAYON_NUM_THREADS"] = str(args.threads)
     only = set(args.only.split(","))
@@ -305,7 +328,11 @@ def main():
     import onnxruntime
 
     print(f"torch {torch.__version__}, sentence-transformers {metadata.version('sentence-transformers')}, "
-          f"onnxruntime {onnxruntime.__version__}, {args.threads} threads, best of {args.repeat}")
+          f"onnxruntime {onnxruntime.__version__}, {args.threads} threads, best of {args.repeat}; "
+          f"CPU {'with' if cpu_avx512 else 'without'} AVX-512; isa {args.isa}"
+          + ("" if args.ort_capped else " (ONNX Runtime uncapped: its ratios are not given)"))
+    if args.isa == "avx2":
+        print(f"PyTorch CPU capability: {torch.backends.cpu.get_cpu_capability()}")
     if "minilm" in only:
         embedder_table("all-MiniLM-L6-v2", "all-MiniLM-L6-v2", 256, "", "", args, torch)
     if "e5" in only:

@@ -3,20 +3,22 @@
 //!
 //!     cargo run --release -p embedder --example bench_linear [-- rows]
 //!
-//! First the peak of each instruction the kernels are built on, over all of
-//! rayon's threads (registers only: `vfmadd231ps` for f32, `vdpbf16ps` for
-//! bf16, `vpdpbusd` for int8). Then, for MiniLM's shapes (384→1152,
-//! 384→384, 384→1536, 1536→384) and Qwen3-0.6B's (fused QKV 1024→4096,
-//! output 2048→1024, fused gate/up 1024→6144, down 3072→1024), the rate of
-//! each path — f32 (the `gemm` crate), bf16 and int8 (ours), best of 5 runs,
-//! activation rounding or quantisation included — and its share of its own
-//! peak. Rates are in 10⁹ multiply-adds × 2 per second (GFLOP/s or GOP/s).
-//! With `--tsv`, lines are tab-separated for scripts.
+//! First the peak of each instruction this CPU has that the kernels are
+//! built on, over all of rayon's threads (registers only: `vfmadd231ps` on
+//! 512 and 256 bits, `vdpbf16ps`, `vpdpbusd`). Then, for MiniLM's shapes
+//! (384→1152, 384→384, 384→1536, 1536→384) and Qwen3-0.6B's (fused QKV
+//! 1024→4096, output 2048→1024, fused gate/up 1024→6144, down 3072→1024),
+//! the rate of each path at the active level (`SKILLRET_MAX_ISA` caps it:
+//! f32 is the `gemm` crate at avx512 and ours below; bf16 and int8 ours),
+//! best of 5 runs, activation rounding or quantisation included, and its
+//! share of the peak of the instruction it runs on. Rates are in 10⁹
+//! multiply-adds × 2 per second (GFLOP/s or GOP/s). With `--tsv`, lines are
+//! tab-separated for scripts.
 
 use std::time::Instant;
 
 use embedder::Precision;
-use embedder::bench::{Dense, peak_gops, supported};
+use embedder::bench::{Dense, Instruction, peak_gops, supported};
 
 const PATHS: [(&str, Precision); 3] = [
     ("f32", Precision::F32),
@@ -35,33 +37,38 @@ fn main() {
         }
     }
     let threads = rayon::current_num_threads();
-    let peaks: Vec<Option<f64>> = PATHS
-        .iter()
-        .map(|&(_, precision)| {
+    let level = embedder::isa::check().unwrap_or_else(|e| panic!("{e}"));
+    let peaks: Vec<(Instruction, f64)> = Instruction::ALL
+        .into_iter()
+        .filter_map(|instruction| {
             // Warm up (clock ramps), then the best of three.
-            let _ = peak_gops(precision, 2_000_000);
+            let _ = peak_gops(instruction, 2_000_000);
             (0..3)
-                .filter_map(|_| peak_gops(precision, 20_000_000))
+                .filter_map(|_| peak_gops(instruction, 20_000_000))
                 .reduce(f64::max)
+                .map(|p| (instruction, p))
         })
         .collect();
+    let peak_of = |precision: Precision| {
+        Instruction::of(precision)
+            .and_then(|i| peaks.iter().find(|(p, _)| *p == i).map(|(_, g)| *g))
+    };
     if tsv {
-        for ((name, _), peak) in PATHS.iter().zip(&peaks) {
-            if let Some(peak) = peak {
-                println!("peak\t{name}\t{peak:.1}");
-            }
+        println!("level\t{level}");
+        for (instruction, peak) in &peaks {
+            println!("peak\t{}\t{peak:.1}", instruction.name());
         }
     } else {
         println!(
-            "{threads} threads; peak of the instruction each path is built on (GFLOP/s or GOP/s):"
+            "{threads} threads, kernels at the {level} level; peak of each instruction (GFLOP/s or GOP/s):"
         );
-        for ((name, _), peak) in PATHS.iter().zip(&peaks) {
-            match peak {
-                Some(peak) => println!("  {name:<5} {peak:8.1}"),
-                None => println!("  {name:<5}  not on this CPU"),
+        for instruction in Instruction::ALL {
+            match peaks.iter().find(|(p, _)| *p == instruction) {
+                Some((_, peak)) => println!("  {:<12} {peak:8.1}", instruction.name()),
+                None => println!("  {:<12}  not on this CPU", instruction.name()),
             }
         }
-        println!("\n{rows} rows; rate of each path and its share of that peak");
+        println!("\n{rows} rows; rate of each path and its share of its instruction's peak");
     }
     let shapes = [
         ("minilm qkv", 384, 1152),
@@ -80,11 +87,12 @@ fn main() {
         let mut out = vec![0.0f32; rows * outputs];
         let flops = 2.0 * (rows * inputs * outputs) as f64;
         let mut line = format!("{name:<16} {inputs:>5}→{outputs:<5}");
-        for ((kernel, precision), peak) in PATHS.iter().zip(&peaks) {
-            if !supported(*precision) {
+        for &(kernel, precision) in &PATHS {
+            if !supported(precision) {
                 continue;
             }
-            let layer = Dense::new(inputs, outputs, *precision);
+            let peak = peak_of(precision);
+            let layer = Dense::new(inputs, outputs, precision);
             let mut best = f64::MAX;
             for _ in 0..5 {
                 let t = Instant::now();

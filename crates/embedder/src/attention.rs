@@ -382,7 +382,9 @@ impl Task<'_> {
     }
 }
 
-/// The AVX-512 kernels of [`Task::run_fast`].
+/// The register-blocked kernels of [`Task::run_fast`]: AVX-512 (blocks of
+/// up to 64 keys or value columns per call), or AVX2 + FMA (16 per call:
+/// a 6 × 16 tile is 12 of its 16 registers).
 mod fast {
     /// Queries per tile.
     pub(super) const MR: usize = 6;
@@ -394,10 +396,7 @@ mod fast {
     pub(super) fn supported(d: usize) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            d.is_multiple_of(16)
-                && d <= 256
-                && std::is_x86_feature_detected!("avx512f")
-                && std::is_x86_feature_detected!("fma")
+            d.is_multiple_of(16) && d <= 256 && crate::isa::active() >= crate::isa::Isa::Avx2
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -500,6 +499,17 @@ mod fast {
             "keys out of bounds"
         );
         assert!(scores.len() >= MR * KEYS);
+        #[cfg(target_arch = "x86_64")]
+        if !crate::isa::avx512() {
+            for b in 0..blocks {
+                let packed = &keys[(k0 / 16 + b) * d * 16..];
+                // SAFETY: as below; AVX2 and FMA are present (`supported`).
+                unsafe {
+                    super::avx2::scores(scores[b * 16..].as_mut_ptr(), q, stride, mr, packed, d);
+                }
+            }
+            return;
+        }
         let mut b = 0;
         while b < blocks {
             let step = (blocks - b).min(4);
@@ -602,6 +612,27 @@ mod fast {
         );
         assert!(out.len() >= (mr - 1) * ldo + d, "output rows out of bounds");
         assert!(v.len() >= (n - 1) * stride + d, "value rows out of bounds");
+        #[cfg(target_arch = "x86_64")]
+        if !crate::isa::avx512() {
+            for c in (0..d).step_by(16) {
+                // SAFETY: as below, 16 columns at a time; AVX2 and FMA are
+                // present (`supported`).
+                unsafe {
+                    super::avx2::pv(
+                        out[c..].as_mut_ptr(),
+                        ldo,
+                        mr,
+                        p,
+                        n,
+                        v[c..].as_ptr(),
+                        stride,
+                        alpha,
+                        first,
+                    );
+                }
+            }
+            return;
+        }
         let mut c = 0;
         while c < d {
             let w = (d - c).min(64) / 16;
@@ -682,6 +713,106 @@ mod fast {
         _: bool,
     ) {
         unreachable!("the fast attention path is only enabled on x86_64 with AVX-512")
+    }
+}
+
+/// The AVX2 + FMA forms of [`fast`]'s kernels, 16 keys or value columns
+/// (two 8-lane vectors) per call.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::fast::{KEYS, MR};
+
+    /// One block of 16 packed keys against `MR` queries, as `scores_kernel`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `keys` holds the block (`d × 16`), each of
+    /// the `mr` query rows `d` values, `out` `MR` rows of [`KEYS`].
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn scores(
+        out: *mut f32,
+        q: &[f32],
+        stride: usize,
+        mr: usize,
+        keys: &[f32],
+        d: usize,
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        let rows: [*const f32; MR] = std::array::from_fn(|i| q[i.min(mr - 1) * stride..].as_ptr());
+        let kp = keys.as_ptr();
+        for c in 0..d {
+            // SAFETY: c < d: the block's 16 keys at c and each query value
+            // lie inside the slices (the caller's bounds).
+            unsafe {
+                let k0 = _mm256_loadu_ps(kp.add(c * 16));
+                let k1 = _mm256_loadu_ps(kp.add(c * 16 + 8));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let x = _mm256_broadcast_ss(&*rows[i].add(c));
+                    acc[0] = _mm256_fmadd_ps(x, k0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(x, k1, acc[1]);
+                }
+            }
+        }
+        for (i, acc) in acc.iter().enumerate() {
+            // SAFETY: row i < MR, columns < 16 of the caller's window.
+            unsafe {
+                _mm256_storeu_ps(out.add(i * KEYS), acc[0]);
+                _mm256_storeu_ps(out.add(i * KEYS + 8), acc[1]);
+            }
+        }
+    }
+
+    /// 16 columns of `out_i = out_i·α_i + Σ_j p_ij·v_j`, as `pv_kernel`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `out` holds `mr` rows of 16 (`ldo` apart),
+    /// `v` `n` rows of 16 (`stride` apart), `p` `MR` rows of [`KEYS`].
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn pv(
+        out: *mut f32,
+        ldo: usize,
+        mr: usize,
+        p: &[f32],
+        n: usize,
+        v: *const f32,
+        stride: usize,
+        alpha: &[f32],
+        first: bool,
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        if !first {
+            for (i, acc) in acc.iter_mut().enumerate().take(mr) {
+                let a = _mm256_set1_ps(alpha[i]);
+                // SAFETY: row i < mr, 16 columns of the window.
+                unsafe {
+                    acc[0] = _mm256_mul_ps(a, _mm256_loadu_ps(out.add(i * ldo)));
+                    acc[1] = _mm256_mul_ps(a, _mm256_loadu_ps(out.add(i * ldo + 8)));
+                }
+            }
+        }
+        let pp = p.as_ptr();
+        for j in 0..n {
+            // SAFETY: value row j < n, weight column j < KEYS (the caller's
+            // bounds); rows past mr read row mr − 1's weights.
+            unsafe {
+                let v0 = _mm256_loadu_ps(v.add(j * stride));
+                let v1 = _mm256_loadu_ps(v.add(j * stride + 8));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let x = _mm256_broadcast_ss(&*pp.add(i.min(mr - 1) * KEYS + j));
+                    acc[0] = _mm256_fmadd_ps(x, v0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(x, v1, acc[1]);
+                }
+            }
+        }
+        for (i, acc) in acc.iter().enumerate().take(mr) {
+            // SAFETY: row i < mr, 16 columns of the window.
+            unsafe {
+                _mm256_storeu_ps(out.add(i * ldo), acc[0]);
+                _mm256_storeu_ps(out.add(i * ldo + 8), acc[1]);
+            }
+        }
     }
 }
 

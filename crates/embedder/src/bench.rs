@@ -45,44 +45,123 @@ pub fn supported(precision: Precision) -> bool {
 /// Independent accumulators per thread in the peak loops (more than the
 /// instruction's latency times its issue rate, so the loop is bound by
 /// throughput alone).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const CHAINS: usize = 16;
 
+/// An instruction a kernel of the native engine is built on, whose peak
+/// rate [`peak_gops`] measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Instruction {
+    /// `vfmadd231ps` on 512-bit registers (f32 at the avx512 level): 32
+    /// operations each.
+    Avx512Fma,
+    /// `vfmadd231ps` on 256-bit registers (f32 at the avx2 level): 16.
+    Avx2Fma,
+    /// `vdpbf16ps` on 512-bit registers (bf16): 64.
+    Avx512Bf16,
+    /// `vpdpbusd` on 512-bit registers (int8, AVX-512 VNNI): 128.
+    Avx512Vnni,
+}
+
+impl Instruction {
+    /// Every instruction, in the order reports list them.
+    pub const ALL: [Instruction; 4] = [
+        Instruction::Avx512Fma,
+        Instruction::Avx2Fma,
+        Instruction::Avx512Bf16,
+        Instruction::Avx512Vnni,
+    ];
+
+    /// A short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Avx512Fma => "avx512 fma",
+            Self::Avx2Fma => "avx2 fma",
+            Self::Avx512Bf16 => "avx512 bf16",
+            Self::Avx512Vnni => "avx512 vnni",
+        }
+    }
+
+    /// Whether this CPU has it (whatever `SKILLRET_MAX_ISA` says: peaks
+    /// are the CPU's).
+    pub fn available(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let detected = crate::isa::Isa::detected();
+            match self {
+                Self::Avx512Fma => detected >= crate::isa::Isa::Avx512,
+                Self::Avx2Fma => detected >= crate::isa::Isa::Avx2,
+                Self::Avx512Bf16 => {
+                    detected >= crate::isa::Isa::Avx512
+                        && std::is_x86_feature_detected!("avx512bf16")
+                }
+                Self::Avx512Vnni => {
+                    detected >= crate::isa::Isa::Avx512
+                        && std::is_x86_feature_detected!("avx512vnni")
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// Arithmetic operations per instruction.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn operations(self) -> f64 {
+        match self {
+            Self::Avx512Fma => 32.0,
+            Self::Avx2Fma => 16.0,
+            Self::Avx512Bf16 => 64.0,
+            Self::Avx512Vnni => 128.0,
+        }
+    }
+
+    /// The instruction the dense layers of `precision` run on at the active
+    /// level (`None`: the portable code, which has no single instruction).
+    pub fn of(precision: Precision) -> Option<Self> {
+        let level = crate::isa::active();
+        match precision.on_this_cpu() {
+            Precision::Bf16 => Some(Self::Avx512Bf16),
+            Precision::Int8 => Some(Self::Avx512Vnni),
+            Precision::F32 if level >= crate::isa::Isa::Avx512 => Some(Self::Avx512Fma),
+            Precision::F32 if level >= crate::isa::Isa::Avx2 => Some(Self::Avx2Fma),
+            Precision::F32 => None,
+        }
+    }
+}
+
 /// The peak rate, in 10⁹ arithmetic operations per second over all of
-/// rayon's threads, of the instruction the native kernels of `precision`
-/// are built on: `vfmadd231ps` (f32: 32 per instruction), `vdpbf16ps`
-/// (bf16: 64) or `vpdpbusd` (int8: 128), each on 512-bit registers in
-/// [`CHAINS`] independent chains, registers only. `None` where the CPU lacks
-/// the instruction.
-pub fn peak_gops(precision: Precision, iterations: usize) -> Option<f64> {
-    if !supported(precision) || !cfg!(target_arch = "x86_64") {
+/// rayon's threads, of `instruction` in [`CHAINS`] independent chains,
+/// registers only. `None` where the CPU lacks it.
+pub fn peak_gops(instruction: Instruction, iterations: usize) -> Option<f64> {
+    if !instruction.available() {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
     {
-        if precision == Precision::F32 && !std::is_x86_feature_detected!("avx512f") {
-            return None;
-        }
         let threads = rayon::current_num_threads();
         let start = Instant::now();
         let sinks = rayon::broadcast(|_| {
-            // SAFETY: support for the instruction was checked above.
+            // SAFETY: the CPU has the instruction (checked above).
             unsafe {
-                match precision {
-                    Precision::F32 => peak::fma(iterations),
-                    Precision::Bf16 => peak::bf16(iterations),
-                    Precision::Int8 => peak::int8(iterations),
+                match instruction {
+                    Instruction::Avx512Fma => peak::fma(iterations),
+                    Instruction::Avx2Fma => peak::fma256(iterations),
+                    Instruction::Avx512Bf16 => peak::bf16(iterations),
+                    Instruction::Avx512Vnni => peak::int8(iterations),
                 }
             }
         });
         let seconds = start.elapsed().as_secs_f64();
         std::hint::black_box(sinks);
-        let per_instruction = match precision {
-            Precision::F32 => 32.0,
-            Precision::Bf16 => 64.0,
-            Precision::Int8 => 128.0,
+        let chains = match instruction {
+            Instruction::Avx2Fma => peak::CHAINS_256,
+            _ => CHAINS,
         };
-        let instructions = (threads * iterations * CHAINS) as f64;
-        Some(instructions * per_instruction / seconds / 1e9)
+        let instructions = (threads * iterations * chains) as f64;
+        Some(instructions * instruction.operations() / seconds / 1e9)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -113,6 +192,27 @@ mod peak {
             }
         }
         let firsts: Vec<f32> = acc.iter().map(|v| _mm512_reduce_add_ps(*v)).collect();
+        sink(&firsts)
+    }
+
+    /// Chains of the 256-bit loops: AVX2 has 16 registers, two of which
+    /// hold the operands (16 chains would spill).
+    pub(super) const CHAINS_256: usize = 12;
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn fma256(iterations: usize) -> f32 {
+        let a = _mm256_set1_ps(1e-7);
+        let b = std::hint::black_box(_mm256_set1_ps(1.0));
+        let mut acc = [_mm256_setzero_ps(); CHAINS_256];
+        for _ in 0..iterations {
+            for acc in &mut acc {
+                *acc = _mm256_fmadd_ps(a, b, *acc);
+            }
+        }
+        let mut firsts = [0.0f32; CHAINS_256];
+        for (f, v) in firsts.iter_mut().zip(&acc) {
+            *f = _mm256_cvtss_f32(*v);
+        }
         sink(&firsts)
     }
 
@@ -160,15 +260,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_supported_precision_has_a_peak() {
-        for precision in [Precision::F32, Precision::Bf16, Precision::Int8] {
-            let peak = peak_gops(precision, 1000);
-            if supported(precision) && cfg!(target_arch = "x86_64") {
-                if precision != Precision::F32 || std::is_x86_feature_detected!("avx512f") {
-                    assert!(peak.is_some_and(|p| p > 0.0), "{precision:?}: {peak:?}");
-                }
+    fn every_instruction_this_cpu_has_has_a_peak() {
+        for instruction in Instruction::ALL {
+            let peak = peak_gops(instruction, 1000);
+            if instruction.available() {
+                assert!(peak.is_some_and(|p| p > 0.0), "{instruction:?}: {peak:?}");
             } else {
                 assert_eq!(peak, None);
+            }
+        }
+        // Each path names an instruction this CPU has, except the portable code.
+        for precision in [Precision::F32, Precision::Bf16, Precision::Int8] {
+            match Instruction::of(precision) {
+                Some(i) => assert!(i.available(), "{precision:?}: {i:?}"),
+                None => assert_eq!(crate::isa::active(), crate::isa::Isa::Scalar),
             }
         }
     }

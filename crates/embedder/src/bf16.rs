@@ -8,9 +8,14 @@
 //! broadcast to all lanes. A micro-kernel keeps a 6 × 64 tile of C in 24
 //! registers; each step does 24 `vdpbf16ps` (two multiply-adds per lane each).
 
+// Only the x86_64 kernels read the packed weights.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
 use rayon::prelude::*;
 
-use crate::linear::{PACKED_ROWS_PER_TASK, Post, epilogue_start, packed_tasks, tail_mask};
+use crate::linear::{PACKED_ROWS_PER_TASK, Post, packed_tasks};
+#[cfg(target_arch = "x86_64")]
+use crate::linear::{epilogue_start, tail_mask};
 
 /// Output columns of a packed panel.
 const PANEL: usize = 64;
@@ -21,10 +26,7 @@ const MR: usize = 6;
 pub(crate) fn supported() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vl")
-            && std::is_x86_feature_detected!("avx512bf16")
+        crate::isa::avx512() && std::is_x86_feature_detected!("avx512bf16")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -74,6 +74,9 @@ impl Encoder {
         options: &EncoderOptions,
         default_max_length: Option<usize>,
     ) -> Result<Self> {
+        // An unknown or impossible SKILLRET_MAX_ISA stops here, before any
+        // kernel runs.
+        crate::isa::check()?;
         let files = ModelFiles::in_dir(dir)?;
         let config = ModelConfig::read(&files.config)?;
         if options.batch_tokens == 0 {

@@ -13,9 +13,14 @@
 //! result `s[r] · scale[o] · Σ p·q` is added to the destination, which holds
 //! the bias and residual as on the f32 path.
 
+// Only the x86_64 kernels read the packed weights.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
 use rayon::prelude::*;
 
-use crate::linear::{PACKED_ROWS_PER_TASK, Post, epilogue_start, packed_tasks, tail_mask};
+use crate::linear::{PACKED_ROWS_PER_TASK, Post, packed_tasks};
+#[cfg(target_arch = "x86_64")]
+use crate::linear::{epilogue_start, tail_mask};
 
 /// Output columns of a packed panel.
 const PANEL: usize = 64;
@@ -28,9 +33,7 @@ const GROUP: usize = 4;
 pub(crate) fn supported() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vnni")
+        crate::isa::avx512() && std::is_x86_feature_detected!("avx512vnni")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

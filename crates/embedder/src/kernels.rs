@@ -50,7 +50,8 @@ impl<'a> View<'a> {
 
 /// `dst = (accumulate ? dst : 0) + lhs · rhs`, with `dst` row-major
 /// (`m × n`, leading dimension `ldd`). Bounds are checked before the
-/// unchecked product runs.
+/// unchecked product runs. The `gemm` crate at the AVX-512 level, the
+/// packed kernels of [`crate::f32pack`] below it.
 pub(crate) fn matmul(
     dst: &mut [f32],
     ldd: usize,
@@ -73,6 +74,12 @@ pub(crate) fn matmul(
                 row[..n].fill(0.0);
             }
         }
+        return;
+    }
+    if !crate::isa::avx512() {
+        // Below AVX-512 (an AVX2 CPU, or a cap): the `gemm` crate would pick
+        // its AVX-512 kernels by itself wherever the CPU has them.
+        crate::f32pack::matmul_views(dst, ldd, lhs, rhs, accumulate, parallel);
         return;
     }
     let parallelism = if parallel {
@@ -110,7 +117,8 @@ pub(crate) fn matmul(
 }
 
 /// Defines a function whose body is compiled three times (AVX-512, AVX2+FMA,
-/// baseline) and picks the best one the CPU supports at run time.
+/// baseline) and runs the one of the active level ([`crate::isa::active`]:
+/// the best the CPU has, or the `SKILLRET_MAX_ISA` cap).
 macro_rules! multiversion {
     ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
         $(#[$meta])*
@@ -121,18 +129,13 @@ macro_rules! multiversion {
                 unsafe fn v4($($arg: $ty),*) $body
                 #[target_feature(enable = "avx2,fma")]
                 unsafe fn v3($($arg: $ty),*) $body
-                if std::is_x86_feature_detected!("avx512f")
-                    && std::is_x86_feature_detected!("avx512bw")
-                    && std::is_x86_feature_detected!("avx512dq")
-                    && std::is_x86_feature_detected!("avx512vl")
-                    && std::is_x86_feature_detected!("fma")
-                {
-                    // SAFETY: the features it was compiled for are present.
-                    return unsafe { v4($($arg),*) };
-                }
-                if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-                    // SAFETY: the features it was compiled for are present.
-                    return unsafe { v3($($arg),*) };
+                match $crate::isa::active() {
+                    // SAFETY: the features it was compiled for are present
+                    // (`isa::active` is at most what the CPU has).
+                    $crate::isa::Isa::Avx512 => return unsafe { v4($($arg),*) },
+                    // SAFETY: as above.
+                    $crate::isa::Isa::Avx2 => return unsafe { v3($($arg),*) },
+                    $crate::isa::Isa::Scalar => {}
                 }
             }
             fn baseline($($arg: $ty),*) $body
@@ -151,8 +154,13 @@ fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
+    // Rounding to the nearest integer (ties to even) by adding and taking
+    // back 1.5·2^23: exact for |x / ln 2| < 2^22, one add and one subtract
+    // in every instruction set (`round_ties_even` is a library call on
+    // x86_64's baseline, which has no rounding instruction).
+    const ROUND: f32 = 12_582_912.0;
     let x = x.clamp(-87.3, 88.7);
-    let n = (x * LOG2E).round_ties_even();
+    let n = (x * LOG2E + ROUND) - ROUND;
     let r = (x - n * LN2_HI) - n * LN2_LO;
     let mut p: f32 = 1.0 / 5040.0;
     p = p.mul_add(r, 1.0 / 720.0);
@@ -168,7 +176,7 @@ fn exp(x: f32) -> f32 {
     // `n as i32` would be a saturating conversion that the compiler does
     // lane by lane; adding 1.5·2^23 puts the integer n in the low mantissa
     // bits instead (exact for |n| < 2^22), which vectorises.
-    let n = (n + 12_582_912.0).to_bits() as i32 - 0x4b40_0000;
+    let n = (n + ROUND).to_bits() as i32 - 0x4b40_0000;
     let half = n / 2;
     let a = f32::from_bits(((half + 127) as u32) << 23);
     let b = f32::from_bits(((n - half + 127) as u32) << 23);
@@ -328,7 +336,7 @@ pub(crate) fn online_softmax(
     sum: &mut f32,
 ) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma") {
+    if crate::isa::avx512() {
         // SAFETY: the features it was compiled for are present.
         return unsafe { avx512::online_softmax(row, valid, scale, max, sum) };
     }

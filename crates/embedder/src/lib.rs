@@ -43,9 +43,11 @@ pub mod config;
 pub mod convert;
 pub mod encoder;
 mod error;
+mod f32pack;
 pub mod files;
 pub mod hub;
 mod int8;
+pub mod isa;
 mod kernels;
 mod linear;
 pub mod models;
@@ -58,6 +60,7 @@ pub use config::{Pooling, SentenceTransformersConfig};
 pub use encoder::{Encoder, EncoderOptions};
 pub use error::{Error, Result};
 pub use files::{ModelFiles, TensorFile, Weights};
+pub use isa::Isa;
 pub use models::{
     Attention, BertConfig, Gemma3Config, MistralConfig, ModelConfig, Qwen3Config, SUPPORTED_TYPES,
     Tokens,

@@ -182,6 +182,8 @@ enum Packed {
     Bf16(crate::bf16::PackedWeight),
     /// Panels of int8 groups (per-channel scales) for the AVX-512 VNNI kernel.
     Int8(crate::int8::PackedWeight),
+    /// Panels of f32 for the kernels below AVX-512 ([`crate::f32pack`]).
+    F32(crate::f32pack::Panels),
 }
 
 /// The arithmetic of a linear layer.
@@ -279,6 +281,9 @@ impl Linear {
             Packed::Int8(packed) => {
                 crate::int8::matmul(out, x, tokens, packed, bias, residual, post);
             }
+            Packed::F32(packed) => {
+                crate::f32pack::matmul(out, x, tokens, packed, bias, residual, post);
+            }
             Packed::None => {
                 // The `gemm` crate accumulates onto the destination: it starts
                 // as residual + bias, row-wise in parallel blocks of rows (the
@@ -332,7 +337,13 @@ impl Linear {
     pub(crate) fn prepare(&mut self, arithmetic: Arithmetic) {
         let (inputs, outputs) = (self.inputs, self.outputs);
         self.packed = match arithmetic {
-            Arithmetic::F32 => return,
+            // The `gemm` crate reads the weight as stored at the AVX-512 level.
+            Arithmetic::F32 if crate::isa::avx512() => return,
+            Arithmetic::F32 => Packed::F32(crate::f32pack::Panels::from_weight(
+                &self.weight,
+                inputs,
+                outputs,
+            )),
             Arithmetic::Bf16 => Packed::Bf16(crate::bf16::PackedWeight::pack(
                 &self.weight,
                 inputs,

@@ -7,7 +7,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Measure how well embedding models and rerankers retrieve agent skills on
 /// the SkillRet benchmark.
 #[derive(Debug, Parser)]
-#[command(name = "pipeline", version, propagate_version = true)]
+#[command(
+    name = "pipeline",
+    version,
+    propagate_version = true,
+    after_help = ISA_HELP
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -299,9 +304,11 @@ pub struct EmbedArgs {
 
     /// Arithmetic of the native engine's linear layers: f32, bf16 (AVX-512
     /// BF16 CPUs) or int8 (AVX-512 VNNI CPUs); both hold cosine ≥ 0.999 to
-    /// f32. Elsewhere f32 runs, with a note. `cargo run --release -p
-    /// embedder --example bench_linear` shows each path's speed and this
-    /// CPU's peaks.
+    /// f32. Elsewhere f32 runs, with a note. The native kernels use the
+    /// best instruction set the CPU has; SKILLRET_MAX_ISA = avx512 | avx2 |
+    /// scalar caps it (the summary line names the one that ran). `cargo run
+    /// --release -p embedder --example bench_linear` shows each path's speed
+    /// and this CPU's peaks.
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     pub precision: PrecisionArg,
 }
@@ -404,6 +411,15 @@ pub struct RerankArgs {
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     pub precision: PrecisionArg,
 }
+
+/// How the instruction set of the native kernels is chosen (every
+/// subcommand's help ends with it).
+const ISA_HELP: &str = "\
+The native CPU kernels use the best instruction set this CPU has (avx512: AVX-512 F/BW/DQ/VL \
+with FMA, bf16 and int8 also need AVX-512 BF16 / VNNI; avx2: AVX2 with FMA; scalar: portable \
+code). The environment variable SKILLRET_MAX_ISA = avx512 | avx2 | scalar caps it, to run and \
+test a slower path on a faster CPU; an unknown value or one above the CPU is refused. Each \
+model's summary line names the level that ran, e.g. `cpu (native, f32, avx2, 2 threads)`.";
 
 /// Precisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

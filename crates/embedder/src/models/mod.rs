@@ -238,9 +238,20 @@ impl ModelConfig {
 fn native_plan(precision: Precision) -> (Plan, String) {
     let arithmetic = Arithmetic::from(precision.on_this_cpu());
     let plan = Plan::new(arithmetic);
+    let isa = crate::isa::active();
+    let missing = |what: &str| {
+        if isa < crate::isa::Isa::detected() {
+            format!(
+                "f32: {what} needs AVX-512, capped at {isa} by {}",
+                crate::isa::ENV
+            )
+        } else {
+            format!("f32: this CPU has no AVX-512 {what}")
+        }
+    };
     let note = match (precision, arithmetic) {
-        (Precision::Bf16, Arithmetic::F32) => "f32: this CPU has no AVX-512 BF16".to_owned(),
-        (Precision::Int8, Arithmetic::F32) => "f32: this CPU has no AVX-512 VNNI".to_owned(),
+        (Precision::Bf16, Arithmetic::F32) => missing("BF16"),
+        (Precision::Int8, Arithmetic::F32) => missing("VNNI"),
         (_, Arithmetic::Int8) if !INT8_KEPT.is_empty() => {
             let kept: Vec<String> = INT8_KEPT
                 .iter()
@@ -301,7 +312,10 @@ pub(crate) fn load(
         let threads = rayon::current_num_threads();
         Ok((
             model,
-            format!("cpu (native, {precision_note}, {threads} threads)"),
+            format!(
+                "cpu (native, {precision_note}, {}, {threads} threads)",
+                crate::isa::active()
+            ),
         ))
     };
     let candle = |device: &candle_core::Device| -> Result<Box<dyn Model>> {
