@@ -114,9 +114,17 @@ fn tiles(
     let avx2 = level >= Isa::Avx2;
     #[cfg(not(target_arch = "x86_64"))]
     let _ = level;
+    // The AVX2 kernel reads A packed per `KC` block, tile after tile, each
+    // tile's `MR` values of one depth side by side (one stream the
+    // prefetcher follows, instead of six strided rows).
+    let mut packed_a = Vec::new();
     let mut k0 = 0;
     loop {
         let kc = (b.k - k0).min(KC);
+        #[cfg(target_arch = "x86_64")]
+        if avx2 {
+            pack_lhs(&mut packed_a, a, rows, k0, kc);
+        }
         for panel in panels.clone() {
             let cols = (b.n - panel * NR).min(NR);
             let at = panel * NR - col0;
@@ -132,9 +140,17 @@ fn tiles(
             let mut r = 0;
             while r < rows {
                 let mr = (rows - r).min(MR);
-                let lhs = Lhs {
-                    data: &a.data[r * a.rs + k0 * a.cs..],
-                    ..a
+                let lhs = if packed_a.is_empty() {
+                    Lhs {
+                        data: &a.data[r * a.rs + k0 * a.cs..],
+                        ..a
+                    }
+                } else {
+                    Lhs {
+                        data: &packed_a[(r / MR) * kc * MR..],
+                        rs: 1,
+                        cs: MR,
+                    }
                 };
                 let row_base = match tile_base {
                     Base::Bias(bias, residual) => {
@@ -161,6 +177,24 @@ fn tiles(
         k0 += kc;
         if k0 >= b.k {
             break;
+        }
+    }
+}
+
+/// Rows `0..rows`, depths `k0..k0 + kc` of A into `out`: tile `t` at
+/// `t·kc·MR`, depth `p` of its row `r` at `+ p·MR + r` (rows past the last
+/// are zero).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn pack_lhs(out: &mut Vec<f32>, a: Lhs<'_>, rows: usize, k0: usize, kc: usize) {
+    let tiles = rows.div_ceil(MR);
+    out.clear();
+    out.resize(tiles * kc * MR, 0.0);
+    for (t, tile) in out.chunks_exact_mut(kc * MR).enumerate() {
+        for r in 0..(rows - t * MR).min(MR) {
+            let row = (t * MR + r) * a.rs + k0 * a.cs;
+            for p in 0..kc {
+                tile[p * MR + r] = a.data[row + p * a.cs];
+            }
         }
     }
 }
@@ -281,19 +315,30 @@ mod avx2 {
         cols: usize,
         base: Base<'_>,
     ) {
+        if a.rs == 1 && a.cs == MR {
+            // A packed by `pack_lhs`: constant offsets.
+            return match rows {
+                6 => kernel::<6, true>(c, ldc, a, panel, kc, cols, base),
+                5 => kernel::<5, true>(c, ldc, a, panel, kc, cols, base),
+                4 => kernel::<4, true>(c, ldc, a, panel, kc, cols, base),
+                3 => kernel::<3, true>(c, ldc, a, panel, kc, cols, base),
+                2 => kernel::<2, true>(c, ldc, a, panel, kc, cols, base),
+                _ => kernel::<1, true>(c, ldc, a, panel, kc, cols, base),
+            };
+        }
         match rows {
-            6 => kernel::<6>(c, ldc, a, panel, kc, cols, base),
-            5 => kernel::<5>(c, ldc, a, panel, kc, cols, base),
-            4 => kernel::<4>(c, ldc, a, panel, kc, cols, base),
-            3 => kernel::<3>(c, ldc, a, panel, kc, cols, base),
-            2 => kernel::<2>(c, ldc, a, panel, kc, cols, base),
-            _ => kernel::<1>(c, ldc, a, panel, kc, cols, base),
+            6 => kernel::<6, false>(c, ldc, a, panel, kc, cols, base),
+            5 => kernel::<5, false>(c, ldc, a, panel, kc, cols, base),
+            4 => kernel::<4, false>(c, ldc, a, panel, kc, cols, base),
+            3 => kernel::<3, false>(c, ldc, a, panel, kc, cols, base),
+            2 => kernel::<2, false>(c, ldc, a, panel, kc, cols, base),
+            _ => kernel::<1, false>(c, ldc, a, panel, kc, cols, base),
         }
     }
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    fn kernel<const R: usize>(
+    fn kernel<const R: usize, const PACKED: bool>(
         c: &mut [f32],
         ldc: usize,
         a: Lhs<'_>,
@@ -320,7 +365,12 @@ mod avx2 {
                 let b0 = _mm256_loadu_ps(bp.add(p * NR));
                 let b1 = _mm256_loadu_ps(bp.add(p * NR + 8));
                 for (r, acc) in acc.iter_mut().enumerate() {
-                    let x = _mm256_broadcast_ss(&*ap.add(r * a.rs + p * a.cs));
+                    let at = if PACKED {
+                        p * MR + r
+                    } else {
+                        r * a.rs + p * a.cs
+                    };
+                    let x = _mm256_broadcast_ss(&*ap.add(at));
                     acc[0] = _mm256_fmadd_ps(x, b0, acc[0]);
                     acc[1] = _mm256_fmadd_ps(x, b1, acc[1]);
                 }
