@@ -30,11 +30,16 @@ bf16 dot, int8 dot) and the share of it our dense layers reach on the models' sh
 
 ONNX exports are cached under target/bench-onnx/.
 
---isa avx2 runs every engine capped at AVX2 + FMA: ours with SKILLRET_MAX_ISA=avx2, PyTorch with
-ATEN_CPU_CAPABILITY=avx2 and ONEDNN_MAX_CPU_ISA=AVX2 (set before torch is imported). ONNX Runtime
-has no such cap (its MLAS kernels pick AVX-512 by themselves), so on an AVX-512 CPU its rows are
-marked uncapped and no ratio to it is printed; on an AVX2-only CPU (`grep -c avx512f
-/proc/cpuinfo` gives 0) leave --isa out: everything runs at AVX2 anyway.
+--isa avx2 runs every engine capped at AVX2 + FMA: ours with SKILLRET_MAX_ISA=avx2 (int8 on
+vpmaddubsw, no VNNI), PyTorch with ATEN_CPU_CAPABILITY=avx2 and ONEDNN_MAX_CPU_ISA=AVX2 (set before
+torch is imported). --isa avxvnni: ours with SKILLRET_MAX_ISA=avxvnni (int8 on 256-bit vpdpbusd),
+PyTorch with ATEN_CPU_CAPABILITY=avx2 and ONEDNN_MAX_CPU_ISA=AVX2_VNNI. ONNX Runtime has no such
+cap (its MLAS kernels pick AVX-512 by themselves), so on an AVX-512 CPU its rows are marked
+uncapped and no ratio to it is printed; on an AVX2-only CPU (`grep -c avx512f /proc/cpuinfo` gives
+0) leave --isa out: everything runs at AVX2 anyway.
+
+--before PATH adds rows for another build of `pipeline` (e.g. the last commit's, built into another
+target directory), run the same way in the same run: a before/after comparison.
 """
 
 import argparse
@@ -189,35 +194,41 @@ def embedder_table(name, model, max_length, query_prefix, doc_prefix, args, torc
         tmp = Path(tmp)
         (tmp / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
         (tmp / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
-        for precision in PRECISIONS:
+        for tag, binary, precision in builds(args):
             common = ["--model", model_dir, "--max-length", max_length, "--precision", precision,
                       "--query-prompt", query_prefix, "--document-prompt", doc_prefix]
             best = float("inf")
             for _ in range(args.repeat):
-                err = run([BIN, "embed", "--input", tmp / "docs.jsonl", "--output", tmp / "d.jsonl"] + common)
+                err = run([binary, "embed", "--input", tmp / "docs.jsonl", "--output", tmp / "d.jsonl"] + common)
                 m = re.search(r"embedded \d+ texts \((\d+) tokens\) in ([0-9.]+) s", err)
                 best = min(best, float(m.group(2)))
             device = re.search(r" on (cpu[^\n]*)", err)
-            run([BIN, "embed", "--kind", "query", "--input", tmp / "queries.jsonl", "--output", tmp / "q.jsonl"] + common)
+            run([binary, "embed", "--kind", "query", "--input", tmp / "queries.jsonl", "--output", tmp / "q.jsonl"] + common)
             vecs = np.array([json.loads(l) for l in open(tmp / "d.jsonl")])
             qvecs = np.array([json.loads(l) for l in open(tmp / "q.jsonl")])
             worst = min(cosines(vecs, ref_docs).min(), cosines(qvecs, ref_queries).min())
-            label = f"ours {precision}" + (f" [{device.group(1)}]" if device and precision != "f32" else "")
+            label = f"{tag} {precision}" + (f" [{device.group(1)}]" if device else "")
             rows.append((label, best, worst))
 
     ort_int8 = rows[2][1]
     ratio = (lambda x: f"{x:9.2f}") if args.ort_capped else (lambda x: f"{'n/a':>9}")
-    print(f"{'engine':<44} {'tokens/s':>9} {'×PyTorch':>9} {'×ORT int8':>9} {'worst cos':>10}")
+    print(f"{'engine':<96} {'tokens/s':>9} {'×PyTorch':>9} {'×ORT int8':>9} {'worst cos':>10}")
     for label, seconds, worst in rows:
         if label.startswith("ONNX") and not args.ort_capped:
             label += " (uncapped)"
-        print(f"{label:<44} {tokens / seconds:9.0f} {rows[0][1] / seconds:9.2f} {ratio(ort_int8 / seconds)} {worst:10.6f}")
+        print(f"{label:<96} {tokens / seconds:9.0f} {rows[0][1] / seconds:9.2f} {ratio(ort_int8 / seconds)} {worst:10.6f}")
     ours = {r[0].split(" [")[0]: r[1] for r in rows}
     line = f"ours bf16 / ours f32: {ours['ours f32'] / ours['ours bf16']:.2f}x"
     if args.ort_capped:
         line += (f"; ours f32 / ORT f32: {rows[1][1] / ours['ours f32']:.2f}x; "
                  f"ours int8 / ORT int8: {ort_int8 / ours['ours int8']:.2f}x")
     print(line)
+
+
+def builds(args):
+    """(tag, binary, precision) for each build of ours and each precision, ours first."""
+    bins = [("ours", BIN)] + ([("before", Path(args.before))] if args.before else [])
+    return [(tag, b, p) for tag, b in bins for p in PRECISIONS]
 
 
 def cross_table(model, max_length, args, torch):
@@ -248,10 +259,10 @@ def cross_table(model, max_length, args, torch):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "first.trec").write_text("".join(run_lines))
-        for precision in PRECISIONS:
+        for tag, binary, precision in builds(args):
             best = float("inf")
             for _ in range(args.repeat):
-                err = run([BIN, "rerank", "--model", model_dir, "--data", sample, "--run", tmp / "first.trec",
+                err = run([binary, "rerank", "--model", model_dir, "--data", sample, "--run", tmp / "first.trec",
                            "--top-n", 20, "--output", tmp / "out.trec", "--max-length", max_length,
                            "--precision", precision])
                 best = min(best, float(re.search(r"reranked \d+ pairs in ([0-9.]+) s", err).group(1)))
@@ -259,7 +270,7 @@ def cross_table(model, max_length, args, torch):
             for line in open(tmp / "out.trec"):
                 q, _, s, _, score, _ = line.split()
                 got[(q, s)] = float(score)
-            rows.append((f"ours {precision}", best, np.array([got[k] for k in keys])))
+            rows.append((f"{tag} {precision}", best, np.array([got[k] for k in keys])))
 
     def order_changes(scores):
         changed = 0
@@ -289,7 +300,7 @@ def peak_table():
             layers.append(f[1:])
     print(f"\n## this CPU's peaks (registers only, all threads) and our dense layers' share of the peak of the "
           f"instruction each runs on, kernels at the {level} level (4096 rows)")
-    print("  ".join(f"{k} {v:.0f} G{'OP' if 'vnni' in k else 'FLOP'}/s" for k, v in peaks.items()))
+    print("  ".join(f"{k} {v:.0f} G{'OP' if 'vnni' in k or 'int8' in k else 'FLOP'}/s" for k, v in peaks.items()))
     shapes = list(dict.fromkeys((l[0], l[1], l[2]) for l in layers))
     print(f"{'layer':<24}" + "".join(f"{p:>18}" for p in PRECISIONS))
     for name, i, o in shapes:
@@ -306,15 +317,17 @@ def main():
                     help="models/ directory of the cross-encoder (default: skill-reranker-minilm if trained, "
                          "else test-bert-cross-encoder)")
     ap.add_argument("--sample", default=str(ROOT.parent / "shared/skillret-sample"))
-    ap.add_argument("--isa", choices=["native", "avx2"], default="native",
-                    help="cap every engine that can be capped at AVX2 + FMA (see above)")
+    ap.add_argument("--isa", choices=["native", "avxvnni", "avx2"], default="native",
+                    help="cap every engine that can be capped at this level (see above)")
+    ap.add_argument("--before", default=None,
+                    help="another build of pipeline to run side by side (rows 'before ...')")
     args = ap.parse_args()
     cpu_avx512 = "avx512f" in Path("/proc/cpuinfo").read_text()
     args.ort_capped = args.isa == "native" or not cpu_avx512
-    if args.isa == "avx2":
-        os.environ["SKILLRET_MAX_ISA"] = "avx2"
+    if args.isa != "native":
+        os.environ["SKILLRET_MAX_ISA"] = args.isa
         os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
-        os.environ["ONEDNN_MAX_CPU_ISA"] = "AVX2"
+        os.environ["ONEDNN_MAX_CPU_ISA"] = "AVX2" if args.isa == "avx2" else "AVX2_VNNI"
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     os.environ["RAYON_NUM_THREADS"] = str(args.threads)
     only = set(args.only.split(","))
@@ -331,7 +344,7 @@ def main():
           f"onnxruntime {onnxruntime.__version__}, {args.threads} threads, best of {args.repeat}; "
           f"CPU {'with' if cpu_avx512 else 'without'} AVX-512; isa {args.isa}"
           + ("" if args.ort_capped else " (ONNX Runtime uncapped: its ratios are not given)"))
-    if args.isa == "avx2":
+    if args.isa != "native":
         print(f"PyTorch CPU capability: {torch.backends.cpu.get_cpu_capability()}")
     if "minilm" in only:
         embedder_table("all-MiniLM-L6-v2", "all-MiniLM-L6-v2", 256, "", "", args, torch)

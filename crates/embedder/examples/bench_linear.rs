@@ -4,14 +4,17 @@
 //!     cargo run --release -p embedder --example bench_linear [-- rows]
 //!
 //! First the peak of each instruction this CPU has that the kernels are
-//! built on, over all of rayon's threads (registers only: `vfmadd231ps` on
-//! 512 and 256 bits, `vdpbf16ps`, `vpdpbusd`). Then, for MiniLM's shapes
-//! (384→1152, 384→384, 384→1536, 1536→384) and Qwen3-0.6B's (fused QKV
-//! 1024→4096, output 2048→1024, fused gate/up 1024→6144, down 3072→1024),
-//! the rate of each path at the active level (`SKILLRET_MAX_ISA` caps it:
-//! f32 is the `gemm` crate at avx512 and ours below; bf16 and int8 ours),
-//! best of 5 runs, activation rounding or quantisation included, and its
-//! share of the peak of the instruction it runs on. Rates are in 10⁹
+//! built on, over all of rayon's threads (registers only): `vfmadd231ps` on
+//! 512 and 256 bits, `vdpbf16ps`, `vpdpbusd` on 512 bits (AVX-512 VNNI) and
+//! on 256 bits (AVX-VNNI), and the AVX2 int8 step without VNNI (`vpsignb`,
+//! `vpmaddubsw`, `vpmaddwd`, `vpaddd`: 32 byte products into eight i32
+//! sums). Then, for MiniLM's shapes (384→1152, 384→384, 384→1536, 1536→384)
+//! and Qwen3-0.6B's (fused QKV 1024→4096, output 2048→1024, fused gate/up
+//! 1024→6144, down 3072→1024), the rate of each path at the active level
+//! (`SKILLRET_MAX_ISA` caps it: f32 is the `gemm` crate at avx512 and ours
+//! below; bf16 ours at avx512; int8 ours on the kernel of the level), best
+//! of 5 runs, activation rounding or quantisation included, and its share
+//! of the peak of the instruction it runs on. Rates are in 10⁹
 //! multiply-adds × 2 per second (GFLOP/s or GOP/s). With `--tsv`, lines are
 //! tab-separated for scripts.
 

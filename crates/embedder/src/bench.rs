@@ -61,15 +61,23 @@ pub enum Instruction {
     Avx512Bf16,
     /// `vpdpbusd` on 512-bit registers (int8, AVX-512 VNNI): 128.
     Avx512Vnni,
+    /// `vpdpbusd` on 256-bit registers (int8, AVX-VNNI): 64.
+    AvxVnni,
+    /// The AVX2 int8 step without VNNI: `vpsignb`, `vpmaddubsw`,
+    /// `vpmaddwd`, `vpaddd` on 256-bit registers (32 multiply-adds of
+    /// bytes into eight i32 sums, as the int8 kernel does them): 64.
+    Avx2Int8,
 }
 
 impl Instruction {
     /// Every instruction, in the order reports list them.
-    pub const ALL: [Instruction; 4] = [
+    pub const ALL: [Instruction; 6] = [
         Instruction::Avx512Fma,
         Instruction::Avx2Fma,
         Instruction::Avx512Bf16,
         Instruction::Avx512Vnni,
+        Instruction::AvxVnni,
+        Instruction::Avx2Int8,
     ];
 
     /// A short name for reports.
@@ -79,6 +87,8 @@ impl Instruction {
             Self::Avx2Fma => "avx2 fma",
             Self::Avx512Bf16 => "avx512 bf16",
             Self::Avx512Vnni => "avx512 vnni",
+            Self::AvxVnni => "avx-vnni",
+            Self::Avx2Int8 => "avx2 int8",
         }
     }
 
@@ -95,10 +105,9 @@ impl Instruction {
                     detected >= crate::isa::Isa::Avx512
                         && std::is_x86_feature_detected!("avx512bf16")
                 }
-                Self::Avx512Vnni => {
-                    detected >= crate::isa::Isa::Avx512
-                        && std::is_x86_feature_detected!("avx512vnni")
-                }
+                Self::Avx512Vnni => crate::int8::Kernel::Avx512Vnni.on_this_cpu(),
+                Self::AvxVnni => crate::int8::Kernel::AvxVnni.on_this_cpu(),
+                Self::Avx2Int8 => crate::int8::Kernel::Avx2.on_this_cpu(),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -115,6 +124,7 @@ impl Instruction {
             Self::Avx2Fma => 16.0,
             Self::Avx512Bf16 => 64.0,
             Self::Avx512Vnni => 128.0,
+            Self::AvxVnni | Self::Avx2Int8 => 64.0,
         }
     }
 
@@ -124,7 +134,11 @@ impl Instruction {
         let level = crate::isa::active();
         match precision.on_this_cpu() {
             Precision::Bf16 => Some(Self::Avx512Bf16),
-            Precision::Int8 => Some(Self::Avx512Vnni),
+            Precision::Int8 => crate::int8::Kernel::active().map(|k| match k {
+                crate::int8::Kernel::Avx512Vnni => Self::Avx512Vnni,
+                crate::int8::Kernel::AvxVnni => Self::AvxVnni,
+                crate::int8::Kernel::Avx2 => Self::Avx2Int8,
+            }),
             Precision::F32 if level >= crate::isa::Isa::Avx512 => Some(Self::Avx512Fma),
             Precision::F32 if level >= crate::isa::Isa::Avx2 => Some(Self::Avx2Fma),
             Precision::F32 => None,
@@ -151,13 +165,16 @@ pub fn peak_gops(instruction: Instruction, iterations: usize) -> Option<f64> {
                     Instruction::Avx2Fma => peak::fma256(iterations),
                     Instruction::Avx512Bf16 => peak::bf16(iterations),
                     Instruction::Avx512Vnni => peak::int8(iterations),
+                    Instruction::AvxVnni => peak::int8_256(iterations),
+                    Instruction::Avx2Int8 => peak::int8_avx2(iterations),
                 }
             }
         });
         let seconds = start.elapsed().as_secs_f64();
         std::hint::black_box(sinks);
         let chains = match instruction {
-            Instruction::Avx2Fma => peak::CHAINS_256,
+            Instruction::Avx2Fma | Instruction::AvxVnni => peak::CHAINS_256,
+            Instruction::Avx2Int8 => peak::CHAINS_AVX2_INT8,
             _ => CHAINS,
         };
         let instructions = (threads * iterations * chains) as f64;
@@ -234,6 +251,49 @@ mod peak {
             }
         }
         let firsts: Vec<f32> = acc.iter().map(|v| _mm512_reduce_add_ps(*v)).collect();
+        sink(&firsts)
+    }
+
+    #[target_feature(enable = "avx2,avxvnni")]
+    pub(super) unsafe fn int8_256(iterations: usize) -> f32 {
+        let a = _mm256_set1_epi8(1);
+        let b = std::hint::black_box(_mm256_set1_epi8(1));
+        let mut acc = [_mm256_setzero_si256(); CHAINS_256];
+        for _ in 0..iterations {
+            for acc in &mut acc {
+                *acc = _mm256_dpbusd_avx_epi32(*acc, a, b);
+            }
+        }
+        let mut firsts = [0.0f32; CHAINS_256];
+        for (f, v) in firsts.iter_mut().zip(&acc) {
+            *f = _mm256_cvtsi256_si32(*v) as f32;
+        }
+        sink(&firsts)
+    }
+
+    /// Chains of the AVX2 int8 loop: each needs its state and one
+    /// temporary, plus `|a|` and the ones.
+    pub(super) const CHAINS_AVX2_INT8: usize = 10;
+
+    /// Each chain's state is the signed operand of its next step, so no
+    /// step can be hoisted and every one of its four instructions runs.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn int8_avx2(iterations: usize) -> f32 {
+        let a = std::hint::black_box(_mm256_set1_epi8(3));
+        let magnitude = _mm256_abs_epi8(a);
+        let ones = _mm256_set1_epi16(1);
+        let mut acc: [__m256i; CHAINS_AVX2_INT8] =
+            std::array::from_fn(|i| _mm256_set1_epi8(i as i8 - 5));
+        for _ in 0..iterations {
+            for acc in &mut acc {
+                let pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(*acc, a));
+                *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(pairs, ones));
+            }
+        }
+        let mut firsts = [0.0f32; CHAINS_AVX2_INT8];
+        for (f, v) in firsts.iter_mut().zip(&acc) {
+            *f = _mm256_cvtsi256_si32(*v) as f32;
+        }
         sink(&firsts)
     }
 

@@ -8,8 +8,10 @@
 //! weight once, at load; a general right-hand side on each call. A
 //! micro-kernel keeps a 6 × 16 tile of C in 12 registers and, for each `k`,
 //! broadcasts one value of each of its 6 rows of A against the panel row (12
-//! FMAs for 2 loads and 6 broadcasts). `k` is blocked by [`KC`] so that a
-//! panel's slice (16 KiB) stays in L1 while the row tiles pass over it.
+//! FMAs for 2 loads and 6 broadcasts). `k` is cut into equal blocks of at
+//! most [`KC`] ([`depth`]) so that a panel's slice (at most 24 KiB) stays in
+//! L1 while the row tiles pass over it, and a depth of up to [`KC`] (MiniLM's
+//! and e5's 384) is one pass: C is written once, by a vectorised epilogue.
 
 use rayon::prelude::*;
 
@@ -21,8 +23,14 @@ use crate::linear::{Post, packed_tasks};
 pub(crate) const NR: usize = 16;
 /// Rows of the micro-kernel's tile.
 const MR: usize = 6;
-/// Depth of one pass over the panels.
-const KC: usize = 256;
+/// Largest depth of one pass over the panels.
+const KC: usize = 384;
+
+/// The depth of each pass for a product of depth `k`: equal blocks of at
+/// most [`KC`].
+fn depth(k: usize) -> usize {
+    k.div_ceil(k.div_ceil(KC).max(1)).max(1)
+}
 
 /// The right-hand side `B` (`k × n`) packed in panels of [`NR`] columns.
 pub(crate) struct Panels {
@@ -96,7 +104,7 @@ struct Lhs<'a> {
 }
 
 /// `C[0..rows, 0..n] = base + A · B` over every panel, `k` in blocks of
-/// [`KC`] (the first block adds the base, later ones accumulate).
+/// [`depth`] (the first block adds the base, later ones accumulate).
 #[allow(clippy::too_many_arguments)]
 fn tiles(
     c: &mut [f32],
@@ -118,9 +126,10 @@ fn tiles(
     // tile's `MR` values of one depth side by side (one stream the
     // prefetcher follows, instead of six strided rows).
     let mut packed_a = Vec::new();
+    let block = depth(b.k);
     let mut k0 = 0;
     loop {
-        let kc = (b.k - k0).min(KC);
+        let kc = (b.k - k0).min(block);
         #[cfg(target_arch = "x86_64")]
         if avx2 {
             pack_lhs(&mut packed_a, a, rows, k0, kc);
@@ -190,7 +199,22 @@ fn pack_lhs(out: &mut Vec<f32>, a: Lhs<'_>, rows: usize, k0: usize, kc: usize) {
     out.clear();
     out.resize(tiles * kc * MR, 0.0);
     for (t, tile) in out.chunks_exact_mut(kc * MR).enumerate() {
-        for r in 0..(rows - t * MR).min(MR) {
+        let mr = (rows - t * MR).min(MR);
+        if mr == MR && a.cs == 1 {
+            // A whole tile of contiguous rows: written in order, one depth
+            // (six values) at a time, from six row streams.
+            let rows: [&[f32]; MR] = std::array::from_fn(|r| {
+                let start = (t * MR + r) * a.rs + k0;
+                &a.data[start..start + kc]
+            });
+            for (p, out) in tile.chunks_exact_mut(MR).enumerate() {
+                for (o, row) in out.iter_mut().zip(&rows) {
+                    *o = row[p];
+                }
+            }
+            continue;
+        }
+        for r in 0..mr {
             let row = (t * MR + r) * a.rs + k0 * a.cs;
             for p in 0..kc {
                 tile[p * MR + r] = a.data[row + p * a.cs];
@@ -376,6 +400,39 @@ mod avx2 {
                 }
             }
         }
+        if cols == NR {
+            // Whole rows of 16: the epilogue in vectors, with the same
+            // order of additions as `store`.
+            for (r, acc) in acc.iter().enumerate() {
+                let row = &mut c[r * ldc..r * ldc + NR];
+                let at = row.as_mut_ptr();
+                for (h, acc) in acc.iter().enumerate() {
+                    // SAFETY: `row` (and the residual's row, sliced the same
+                    // way) hold 16 floats, and `bias` 16 when cols is 16.
+                    unsafe {
+                        let v = match base {
+                            Base::Zero => *acc,
+                            Base::Dst => _mm256_add_ps(_mm256_loadu_ps(at.add(8 * h)), *acc),
+                            Base::Bias(bias, residual) => {
+                                let b = _mm256_loadu_ps(bias[..NR].as_ptr().add(8 * h));
+                                let b = match residual {
+                                    Some(res) => _mm256_add_ps(
+                                        b,
+                                        _mm256_loadu_ps(
+                                            res[r * ldc..r * ldc + NR].as_ptr().add(8 * h),
+                                        ),
+                                    ),
+                                    None => b,
+                                };
+                                _mm256_add_ps(b, *acc)
+                            }
+                        };
+                        _mm256_storeu_ps(at.add(8 * h), v);
+                    }
+                }
+            }
+            return;
+        }
         let mut out = [[0.0f32; NR]; R];
         for (o, acc) in out.iter_mut().zip(&acc) {
             // SAFETY: each row of `out` holds 16 floats.
@@ -415,7 +472,7 @@ fn matmul_at(
     residual: Option<&[f32]>,
     post: Option<&Post>,
 ) {
-    assert!(level <= Isa::detected(), "{level} is not on this CPU");
+    assert!(level.available(), "{level} is not on this CPU");
     let (inputs, outputs) = (w.k, w.n);
     assert_eq!(a.len(), rows * inputs, "a is not rows × inputs");
     assert_eq!(c.len(), rows * outputs, "c is not rows × outputs");
@@ -470,7 +527,7 @@ fn matmul_views_at(
     accumulate: bool,
     parallel: bool,
 ) {
-    assert!(level <= Isa::detected(), "{level} is not on this CPU");
+    assert!(level.available(), "{level} is not on this CPU");
     let (m, n) = (lhs.rows, rhs.cols);
     if m == 0 || n == 0 {
         return;
@@ -519,7 +576,7 @@ mod tests {
     fn levels() -> Vec<Isa> {
         [Isa::Avx2, Isa::Scalar]
             .into_iter()
-            .filter(|l| *l <= Isa::detected())
+            .filter(|l| l.available())
             .collect()
     }
 

@@ -134,7 +134,7 @@ macro_rules! multiversion {
                     // (`isa::active` is at most what the CPU has).
                     $crate::isa::Isa::Avx512 => return unsafe { v4($($arg),*) },
                     // SAFETY: as above.
-                    $crate::isa::Isa::Avx2 => return unsafe { v3($($arg),*) },
+                    $crate::isa::Isa::Avx2 | $crate::isa::Isa::AvxVnni => return unsafe { v3($($arg),*) },
                     $crate::isa::Isa::Scalar => {}
                 }
             }
@@ -340,6 +340,11 @@ pub(crate) fn online_softmax(
         // SAFETY: the features it was compiled for are present.
         return unsafe { avx512::online_softmax(row, valid, scale, max, sum) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if crate::isa::allows(crate::isa::Isa::Avx2) {
+        // SAFETY: as above.
+        return unsafe { avx2::online_softmax(row, valid, scale, max, sum) };
+    }
     let mut alpha = 1.0;
     online_softmax_into(row, valid, scale, max, sum, &mut alpha);
     alpha
@@ -440,6 +445,130 @@ mod avx512 {
             }
         }
         *sum = sum.mul_add(alpha, _mm512_reduce_add_ps(total));
+        alpha
+    }
+}
+
+/// The AVX2 + FMA forms of [`avx512`]'s kernels, eight lanes at a time.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// e^x for 8 lanes, as [`super::exp`] (2^n built from exponent bits in
+    /// two halves, so that n = 128 stays finite).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn exp8(x: __m256) -> __m256 {
+        let x = _mm256_max_ps(
+            _mm256_min_ps(x, _mm256_set1_ps(88.7)),
+            _mm256_set1_ps(-87.3),
+        );
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+        );
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_145_75), x);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428_606_8e-6), r);
+        let mut p = _mm256_set1_ps(1.0 / 5040.0);
+        for c in [
+            1.0 / 720.0,
+            1.0 / 120.0,
+            1.0 / 24.0,
+            1.0 / 6.0,
+            0.5,
+            1.0,
+            1.0,
+        ] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        }
+        let n = _mm256_cvtps_epi32(n);
+        let half = _mm256_srai_epi32::<1>(n);
+        let bias = _mm256_set1_epi32(127);
+        let a = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(half, bias)));
+        let b = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_sub_epi32(n, half),
+            bias,
+        )));
+        _mm256_mul_ps(_mm256_mul_ps(p, a), b)
+    }
+
+    /// The sum of the eight lanes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn sum8(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+    }
+
+    /// [`super::online_softmax`] on 8 lanes at a time (the tail through a
+    /// padded copy).
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn online_softmax(
+        row: &mut [f32],
+        valid: usize,
+        scale: f32,
+        max: &mut f32,
+        sum: &mut f32,
+    ) -> f32 {
+        let (live, masked) = row.split_at_mut(valid);
+        masked.fill(0.0);
+        let n = live.len();
+        let whole = n - n % 8;
+        let p = live.as_mut_ptr();
+        let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+        let mut i = 0;
+        while i < whole {
+            // SAFETY: i + 8 ≤ n, inside `live`.
+            m = _mm256_max_ps(m, unsafe { _mm256_loadu_ps(p.add(i)) });
+            i += 8;
+        }
+        let mut lanes = [0.0f32; 8];
+        // SAFETY: eight floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), m) };
+        let block_max = lanes
+            .iter()
+            .chain(&live[whole..])
+            .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let new_max = max.max(block_max);
+        let alpha = if *max == f32::NEG_INFINITY {
+            0.0
+        } else {
+            super::exp((*max - new_max) * scale)
+        };
+        *max = new_max;
+        let scale_v = _mm256_set1_ps(scale);
+        let shift = _mm256_set1_ps(-new_max * scale);
+        let mut total = _mm256_setzero_ps();
+        let mut i = 0;
+        while i < whole {
+            // SAFETY: i + 8 ≤ n, inside `live`.
+            unsafe {
+                let e = exp8(_mm256_fmadd_ps(_mm256_loadu_ps(p.add(i)), scale_v, shift));
+                _mm256_storeu_ps(p.add(i), e);
+                total = _mm256_add_ps(total, e);
+            }
+            i += 8;
+        }
+        let mut total = sum8(total);
+        if whole < n {
+            let tail = &mut live[whole..];
+            let mut buffer = [0.0f32; 8];
+            buffer[..tail.len()].copy_from_slice(tail);
+            // SAFETY: eight floats.
+            unsafe {
+                let e = exp8(_mm256_fmadd_ps(
+                    _mm256_loadu_ps(buffer.as_ptr()),
+                    scale_v,
+                    shift,
+                ));
+                _mm256_storeu_ps(buffer.as_mut_ptr(), e);
+            }
+            for (t, e) in tail.iter_mut().zip(buffer) {
+                *t = e;
+                total += e;
+            }
+        }
+        *sum = sum.mul_add(alpha, total);
         alpha
     }
 }
@@ -620,6 +749,52 @@ mod tests {
                 assert!((sa - sb).abs() <= 1e-5 * sb, "{sa} vs {sb}");
                 for (x, y) in a.iter().zip(&b) {
                     assert!((x - y).abs() <= 1e-6 * y.abs().max(1e-30), "{x} vs {y}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_avx2_forms_equal_the_portable_ones() {
+        #[cfg(target_arch = "x86_64")]
+        if crate::isa::Isa::Avx2.available() {
+            use std::arch::x86_64::*;
+            let mut worst = 0.0f64;
+            for i in -1120..=1120 {
+                let xs: [f32; 8] = std::array::from_fn(|l| (i * 8 + l as i32) as f32 / 100.0);
+                let mut got = [0.0f32; 8];
+                // SAFETY: the features were detected above.
+                unsafe {
+                    _mm256_storeu_ps(got.as_mut_ptr(), avx2::exp8(_mm256_loadu_ps(xs.as_ptr())));
+                };
+                for (x, g) in xs.iter().zip(got) {
+                    let want = f64::from(*x).exp();
+                    if want > 1e-30 && want < 1e30 {
+                        worst = worst.max((f64::from(g) - want).abs() / want);
+                    }
+                    assert!(g.is_finite() && g > 0.0, "exp8({x}) = {g}");
+                }
+            }
+            assert!(worst < 3e-7, "exp8 relative error {worst}");
+            for (len, valid) in [(16, 16), (37, 30), (5, 5), (64, 1), (300, 299), (8, 3)] {
+                let row: Vec<f32> = (0..len).map(|i| (i as f32 * 0.37).sin() * 7.0).collect();
+                for start in [(1.5f32, 2.0f32), (f32::NEG_INFINITY, 0.0)] {
+                    let (mut a, mut b) = (row.clone(), row.clone());
+                    let ((mut ma, mut sa), (mut mb, mut sb)) = (start, start);
+                    // SAFETY: the features were detected above.
+                    let alpha_a =
+                        unsafe { avx2::online_softmax(&mut a, valid, 0.3, &mut ma, &mut sa) };
+                    let mut alpha_b = 0.0;
+                    online_softmax_into(&mut b, valid, 0.3, &mut mb, &mut sb, &mut alpha_b);
+                    assert_eq!(ma, mb);
+                    assert!(
+                        (alpha_a - alpha_b).abs() <= 1e-6 * alpha_b.abs(),
+                        "{alpha_a} vs {alpha_b}"
+                    );
+                    assert!((sa - sb).abs() <= 1e-5 * sb, "{sa} vs {sb}");
+                    for (x, y) in a.iter().zip(&b) {
+                        assert!((x - y).abs() <= 1e-6 * y.abs().max(1e-30), "{x} vs {y}");
+                    }
                 }
             }
         }

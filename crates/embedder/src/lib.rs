@@ -97,8 +97,9 @@ pub enum Precision {
     Bf16,
     /// Linear layers in int8 with i32 accumulation (weights quantised per
     /// output channel at load, activations per token at run time), on CPUs
-    /// with AVX-512 VNNI (elsewhere f32 is used, and [`LocalEmbedder::device`]
-    /// says so). The CUDA backend runs f32.
+    /// with AVX2 (`vpdpbusd` where the CPU has AVX-512 VNNI or AVX-VNNI,
+    /// else `vpmaddubsw`; the same sums either way); elsewhere f32 is used,
+    /// and [`LocalEmbedder::device`] says so. The CUDA backend runs f32.
     Int8,
 }
 

@@ -3,7 +3,7 @@
 //! the product's destination. The weight is kept as stored (`outputs ×
 //! inputs`): the `gemm` crate reads it transposed in place (f32), or
 //! [`Linear::prepare`] packs it for the AVX-512 BF16 kernel ([`crate::bf16`])
-//! or quantises it for the AVX-512 VNNI kernel ([`crate::int8`]).
+//! or quantises it for the int8 kernels ([`crate::int8`]).
 
 use rayon::prelude::*;
 
@@ -180,7 +180,7 @@ enum Packed {
     None,
     /// Panels of bfloat16 pairs for the AVX-512 BF16 kernel.
     Bf16(crate::bf16::PackedWeight),
-    /// Panels of int8 groups (per-channel scales) for the AVX-512 VNNI kernel.
+    /// Panels of int8 groups (per-channel scales) for an int8 kernel.
     Int8(crate::int8::PackedWeight),
     /// Panels of f32 for the kernels below AVX-512 ([`crate::f32pack`]).
     F32(crate::f32pack::Panels),

@@ -72,6 +72,14 @@ fn check_with(model: &str, backend: Backend, precision: Precision, limit: usize,
         .with_backend(backend)
         .with_precision(precision);
     let embedder = LocalEmbedder::from_dir(&dir, options).unwrap();
+    if precision == Precision::Int8 && embedder::isa::active() >= embedder::Isa::Avx2 {
+        // Every level from avx2 up has an int8 kernel: no silent fall-back.
+        assert!(
+            embedder.device().contains("int8 on"),
+            "{}",
+            embedder.device()
+        );
+    }
     for (kind, texts, entry) in [
         (Kind::Document, &docs, &reference["documents"]),
         (Kind::Query, &queries, &reference["queries"]),
@@ -134,7 +142,7 @@ fn e5_bf16_stays_within_0_999() {
     );
 }
 
-/// int8 linear layers (VNNI; f32 elsewhere) hold cosine 0.999 to PyTorch f32
+/// int8 linear layers (VNNI or AVX2; f32 elsewhere) hold cosine 0.999 to PyTorch f32
 /// on every text of the fixture, as the accuracy bound asks.
 #[test]
 fn minilm_int8_stays_within_0_999() {

@@ -303,10 +303,12 @@ pub struct EmbedArgs {
     pub backend: BackendArg,
 
     /// Arithmetic of the native engine's linear layers: f32, bf16 (AVX-512
-    /// BF16 CPUs) or int8 (AVX-512 VNNI CPUs); both hold cosine ≥ 0.999 to
-    /// f32. Elsewhere f32 runs, with a note. The native kernels use the
-    /// best instruction set the CPU has; SKILLRET_MAX_ISA = avx512 | avx2 |
-    /// scalar caps it (the summary line names the one that ran). `cargo run
+    /// BF16 CPUs) or int8 (AVX2 CPUs: AVX-512 VNNI, AVX-VNNI or AVX2
+    /// kernels, the same sums); both hold cosine ≥ 0.999 to f32. Elsewhere
+    /// f32 runs, with a note. The native kernels use the best instruction
+    /// set the CPU has; SKILLRET_MAX_ISA = avx512 | avxvnni | avx2 | scalar
+    /// caps it (the summary line names the level and the int8 kernel that
+    /// ran). `cargo run
     /// --release -p embedder --example bench_linear` shows each path's speed
     /// and this CPU's peaks.
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
@@ -416,10 +418,13 @@ pub struct RerankArgs {
 /// subcommand's help ends with it).
 const ISA_HELP: &str = "\
 The native CPU kernels use the best instruction set this CPU has (avx512: AVX-512 F/BW/DQ/VL \
-with FMA, bf16 and int8 also need AVX-512 BF16 / VNNI; avx2: AVX2 with FMA; scalar: portable \
-code). The environment variable SKILLRET_MAX_ISA = avx512 | avx2 | scalar caps it, to run and \
-test a slower path on a faster CPU; an unknown value or one above the CPU is refused. Each \
-model's summary line names the level that ran, e.g. `cpu (native, f32, avx2, 2 threads)`.";
+with FMA, bf16 also needs AVX-512 BF16, int8 runs vpdpbusd on 512 bits with AVX-512 VNNI; \
+avxvnni: AVX2 with FMA and AVX-VNNI, int8 on vpdpbusd on 256 bits; avx2: AVX2 with FMA, int8 on \
+vpmaddubsw/vpmaddwd; scalar: portable code, int8 and bf16 fall back to f32). The environment \
+variable SKILLRET_MAX_ISA = avx512 | avxvnni | avx2 | scalar caps it, to run and test a slower \
+path on a faster CPU; an unknown value, or a level this CPU does not have, is refused naming \
+the ones it has. Each model's summary line names the level (and the int8 kernel) that ran, \
+e.g. `cpu (native, int8 on avx2 vpmaddubsw (...), avx2, 2 threads)`.";
 
 /// Precisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -428,7 +433,7 @@ pub enum PrecisionArg {
     F32,
     /// bfloat16 linear layers with f32 accumulation (AVX-512 BF16).
     Bf16,
-    /// int8 linear layers with i32 accumulation (AVX-512 VNNI): weights
+    /// int8 linear layers with i32 accumulation (AVX2 and up): weights
     /// quantised per output channel, activations per token.
     Int8,
 }

@@ -239,25 +239,30 @@ fn native_plan(precision: Precision) -> (Plan, String) {
     let arithmetic = Arithmetic::from(precision.on_this_cpu());
     let plan = Plan::new(arithmetic);
     let isa = crate::isa::active();
-    let missing = |what: &str| {
+    let missing = |what: &str, needs: &str| {
         if isa < crate::isa::Isa::detected() {
             format!(
-                "f32: {what} needs AVX-512, capped at {isa} by {}",
+                "f32: {what} needs {needs}, capped at {isa} by {}",
                 crate::isa::ENV
             )
         } else {
-            format!("f32: this CPU has no AVX-512 {what}")
+            format!("f32: this CPU has no {needs} for {what}")
         }
     };
     let note = match (precision, arithmetic) {
-        (Precision::Bf16, Arithmetic::F32) => missing("BF16"),
-        (Precision::Int8, Arithmetic::F32) => missing("VNNI"),
-        (_, Arithmetic::Int8) if !INT8_KEPT.is_empty() => {
+        (Precision::Bf16, Arithmetic::F32) => missing("bf16", "AVX-512 BF16"),
+        (Precision::Int8, Arithmetic::F32) => missing("int8", "AVX2"),
+        (_, Arithmetic::Int8) => {
+            let kernel = crate::int8::Kernel::active().map_or("?", |k| k.name());
             let kept: Vec<String> = INT8_KEPT
                 .iter()
                 .map(|role| format!("{} in {:?}", role.name(), plan.of(*role)).to_lowercase())
                 .collect();
-            format!("int8 ({})", kept.join(", "))
+            if kept.is_empty() {
+                format!("int8 on {kernel}")
+            } else {
+                format!("int8 on {kernel} ({})", kept.join(", "))
+            }
         }
         (_, a) => format!("{a:?}").to_lowercase(),
     };
