@@ -676,9 +676,50 @@ mod x86 {
         ldc: usize,
     ) {
         let cols = t.bias.len();
+        // SAFETY: the panel's scales and offsets hold 16 columns (checked).
+        let (scale, offset) = unsafe {
+            (
+                [
+                    _mm256_loadu_ps(t.scale.as_ptr()),
+                    _mm256_loadu_ps(t.scale.as_ptr().add(8)),
+                ],
+                [
+                    _mm256_loadu_si256(t.offset.as_ptr().cast()),
+                    _mm256_loadu_si256(t.offset.as_ptr().add(8).cast()),
+                ],
+            )
+        };
+        if cols == 16 {
+            // Whole rows: bias plus residual first, then one fused
+            // multiply-add (the AVX-512 epilogue's roundings), in vectors.
+            // SAFETY: `bias` holds 16 floats; each row of C and of the
+            // residual holds 16 at `row · ldc` (checked).
+            unsafe {
+                let bias = [
+                    _mm256_loadu_ps(t.bias.as_ptr()),
+                    _mm256_loadu_ps(t.bias.as_ptr().add(8)),
+                ];
+                for (row, acc) in acc.iter().enumerate() {
+                    let step = _mm256_set1_ps(t.row_scale[row]);
+                    let dst = c[row * ldc..row * ldc + 16].as_mut_ptr();
+                    for h in 0..2 {
+                        let init = match t.residual {
+                            Some(res) => _mm256_add_ps(
+                                bias[h],
+                                _mm256_loadu_ps(res[row * ldc..row * ldc + 16].as_ptr().add(8 * h)),
+                            ),
+                            None => bias[h],
+                        };
+                        let sum = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[h], offset[h]));
+                        let out = _mm256_fmadd_ps(sum, _mm256_mul_ps(scale[h], step), init);
+                        _mm256_storeu_ps(dst.add(8 * h), out);
+                    }
+                }
+            }
+            return;
+        }
         for (row, acc) in acc.iter().enumerate() {
-            // Bias plus residual first, then one fused multiply-add: the
-            // same roundings as the AVX-512 epilogue.
+            // As above, through a 16-wide copy of the valid columns.
             let mut init = [0.0f32; 16];
             init[..cols].copy_from_slice(t.bias);
             if let Some(res) = t.residual {
@@ -687,18 +728,15 @@ mod x86 {
                 }
             }
             let mut out = [0.0f32; 16];
-            for (v, acc) in acc.iter().enumerate() {
-                // SAFETY: the panel's scales and offsets hold 16 columns
-                // (checked); `init` and `out` are 16 wide.
+            let step = _mm256_set1_ps(t.row_scale[row]);
+            for h in 0..2 {
+                // SAFETY: `init` and `out` are 16 wide.
                 unsafe {
-                    let scale = _mm256_loadu_ps(t.scale.as_ptr().add(8 * v));
-                    let offset = _mm256_loadu_si256(t.offset.as_ptr().add(8 * v).cast());
-                    let sum = _mm256_cvtepi32_ps(_mm256_sub_epi32(*acc, offset));
-                    let step = _mm256_mul_ps(scale, _mm256_set1_ps(t.row_scale[row]));
-                    let init = _mm256_loadu_ps(init.as_ptr().add(8 * v));
+                    let sum = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[h], offset[h]));
+                    let init = _mm256_loadu_ps(init.as_ptr().add(8 * h));
                     _mm256_storeu_ps(
-                        out.as_mut_ptr().add(8 * v),
-                        _mm256_fmadd_ps(sum, step, init),
+                        out.as_mut_ptr().add(8 * h),
+                        _mm256_fmadd_ps(sum, _mm256_mul_ps(scale[h], step), init),
                     );
                 }
             }
