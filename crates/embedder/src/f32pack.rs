@@ -125,6 +125,7 @@ fn tiles(
     // The AVX2 kernel reads A packed per `KC` block, tile after tile, each
     // tile's `MR` values of one depth side by side (one stream the
     // prefetcher follows, instead of six strided rows).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut packed_a = Vec::new();
     let block = depth(b.k);
     let mut k0 = 0;

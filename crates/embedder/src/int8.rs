@@ -341,23 +341,26 @@ fn tile_rows(
                 residual: residual.map(|res| &res[r * w.outputs + panel * width..]),
             };
             let c = &mut c[r * w.outputs + panel * width..];
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the kernel's CPU features were checked when the weight
-            // was packed; the tile holds `mr` rows of A (`lda` bytes each)
-            // and their scales, the panel's `groups` steps and its scales and
-            // offsets, `cols` biases; `c` and the residual hold `mr` rows of
-            // at least `cols` floats at stride `outputs` (the caller's
-            // contract, sliced here). Each kernel asserts what it reads.
-            unsafe {
-                x86::tile(w.kernel, mr, &tile, c, w.outputs);
-            };
-            #[cfg(not(target_arch = "x86_64"))]
-            {
-                let _ = (tile, c);
-                unreachable!("the int8 path is only enabled on x86_64")
-            }
+            run_tile(w.kernel, mr, &tile, c, w.outputs);
             r += mr;
         }
+    }
+}
+
+/// Runs `kernel` on a tile of `rows` rows: `c` (at stride `ldc`) and the
+/// tile as [`tile_rows`] slices them.
+fn run_tile(kernel: Kernel, rows: usize, tile: &Tile<'_>, c: &mut [f32], ldc: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the kernel's CPU features were checked when the weight was
+    // packed (`PackedWeight::pack_for`); each kernel checks the tile's and
+    // C's slices before it reads or writes them (`Tile::check`).
+    unsafe {
+        x86::tile(kernel, rows, tile, c, ldc);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (kernel, rows, tile, c, ldc);
+        unreachable!("the int8 path is only enabled on x86_64")
     }
 }
 
