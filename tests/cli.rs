@@ -1181,3 +1181,61 @@ fn run_with_milvus_down_fails_within_seconds_and_writes_nothing() {
     );
     assert!(!dir.path().join("down/metrics.json").exists());
 }
+
+/// `SKILLRET_MAX_ISA`: an unknown level is refused naming the allowed ones
+/// (exit 1, nothing written); a cap runs that level, and the summary line
+/// names it and the int8 kernel that ran.
+#[test]
+fn the_instruction_set_cap_is_checked_and_named() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
+    if !model.join("model.safetensors").is_file() {
+        eprintln!("skipping: run scripts/fetch-models.sh");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "\"a skill that formats dates\"\n").unwrap();
+    let output = dir.path().join("out.jsonl");
+    let embed = |isa: &str, precision: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_pipeline"))
+            .args([
+                "embed",
+                "--model",
+                path(&model),
+                "--input",
+                path(&input),
+                "--output",
+                path(&output),
+                "--precision",
+                precision,
+            ])
+            .env("SKILLRET_MAX_ISA", isa)
+            .output()
+            .unwrap()
+    };
+    let out = embed("avx3", "f32");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("SKILLRET_MAX_ISA: \"avx3\" is not an instruction set")
+            && err.contains("allowed: avx512, avxvnni, avx2, scalar"),
+        "{err}"
+    );
+    assert!(!output.exists(), "an output was written");
+    let out = embed("scalar", "int8");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("f32: int8 needs AVX2") && err.contains(", scalar, "),
+        "{err}"
+    );
+    if embedder::Isa::Avx2.available() {
+        let out = embed("avx2", "int8");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("int8 on avx2 vpmaddubsw") && err.contains(", avx2, "),
+            "{err}"
+        );
+    }
+}
