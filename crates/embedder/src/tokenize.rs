@@ -194,6 +194,61 @@ impl Tokenization {
         Ok((encoding, false))
     }
 
+    /// The untruncated encodings (no specials) of a pair's texts, or of
+    /// prefixes of them that longest-first truncation cannot tell from the
+    /// whole.
+    ///
+    /// That truncation depends on the two lengths only through which one is
+    /// longer, whether their sum exceeds the maximum length, and the shorter
+    /// one's length (tokenizers' `truncate_encodings`; transformers' one
+    /// token at a time gives the same lengths). The shorter text (in bytes)
+    /// is tokenised whole, with `n` tokens; the longer through
+    /// [`Tokenization::head`], keeping more than `max(max_length, n)`
+    /// tokens unless it is whole: then it is longer than the other and than
+    /// the maximum in the prefix as in the whole, and the first tokens,
+    /// which truncation keeps, are the same. A cross-encoder pairing a query
+    /// with a 10,000-character skill tokenises a few thousand characters of
+    /// it instead of all (and no overflow encodings of the rest).
+    fn pair_heads(&self, a: &str, b: &str) -> Result<(Encoding, Encoding)> {
+        let (short, long, swapped) = if a.len() <= b.len() {
+            (a, b, false)
+        } else {
+            (b, a, true)
+        };
+        let short = self.untruncated.encode(short, false).map_err(failed)?;
+        let (long, _) = self.head(long, self.max_length.max(short.len()))?;
+        Ok(if swapped {
+            (long, short)
+        } else {
+            (short, long)
+        })
+    }
+
+    /// A pair truncated as `post_process` would (longest first, within
+    /// what the special tokens leave), without the overflowing rest: the
+    /// post-processor pairs every overflowing part of one text with every
+    /// part of the other, which for two long texts is quadratic in time
+    /// and memory for tokens that are thrown away.
+    fn truncate_pair(&self, first: Encoding, second: Encoding) -> Result<(Encoding, Encoding)> {
+        let added = self
+            .untruncated
+            .get_post_processor()
+            .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, true));
+        let params = TruncationParams {
+            max_length: self.max_length.saturating_sub(added),
+            strategy: TruncationStrategy::LongestFirst,
+            stride: 0,
+            direction: TruncationDirection::Right,
+        };
+        let (mut first, second) =
+            tokenizers::utils::truncation::truncate_encodings(first, Some(second), &params)
+                .map_err(failed)?;
+        let mut second = second.ok_or_else(|| failed("truncation dropped the second text"))?;
+        first.take_overflowing();
+        second.take_overflowing();
+        Ok((first, second))
+    }
+
     /// Token ids of `text` as it is, without the tokenizer's special tokens
     /// and without truncation (special tokens written in the text, such as
     /// `<|im_start|>`, are recognised).
@@ -246,11 +301,11 @@ impl Tokenization {
     /// model's own template), truncating the longer text first, as
     /// transformers does for `truncation="longest_first"`.
     ///
-    /// Each text is tokenised whole before the pair is truncated: the
-    /// tokenizers crate 0.23.2 cuts each text to the maximum length first
-    /// (an early exit), which turns "longer text first" into a tie whenever
-    /// both texts are long, and gives the odd token to the other text than
-    /// transformers (Python tokenizers 0.23.3) does.
+    /// Each text is tokenised (see [`Tokenization::pair_heads`]) before the
+    /// pair is truncated: the tokenizers crate 0.23.2 cuts each text to the
+    /// maximum length first (an early exit), which turns "longer text first"
+    /// into a tie whenever both texts are long, and gives the odd token to
+    /// the other text than transformers (Python tokenizers 0.23.3) does.
     pub fn tokenize_pairs<A, B>(&self, pairs: &[(A, B)]) -> Result<Vec<Tokens>>
     where
         A: AsRef<str> + Sync,
@@ -259,10 +314,10 @@ impl Tokenization {
         pairs
             .par_iter()
             .map(|(a, b)| {
-                let first = self.untruncated.encode(a.as_ref(), false).map_err(failed)?;
-                let second = self.untruncated.encode(b.as_ref(), false).map_err(failed)?;
+                let (first, second) = self.pair_heads(a.as_ref(), b.as_ref())?;
+                let (first, second) = self.truncate_pair(first, second)?;
                 let pair = self
-                    .tokenizer
+                    .untruncated
                     .post_process(first, Some(second), true)
                     .map_err(failed)?;
                 self.checked(&pair)
@@ -302,30 +357,11 @@ impl Tokenization {
             .par_iter()
             .map(|(a, b)| {
                 let (a, b) = (a.as_ref(), b.as_ref());
-                let first = self.untruncated.encode(a, false).map_err(failed)?;
-                let second = self.untruncated.encode(b, false).map_err(failed)?;
-                // The truncation `post_process` applies to a pair (longest
-                // first, within what the special tokens leave).
-                let added = self
-                    .untruncated
-                    .get_post_processor()
-                    .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, true));
-                let params = TruncationParams {
-                    max_length: self.max_length.saturating_sub(added),
-                    strategy: TruncationStrategy::LongestFirst,
-                    stride: 0,
-                    direction: TruncationDirection::Right,
-                };
-                let (kept_a, kept_b) = tokenizers::utils::truncation::truncate_encodings(
-                    first.clone(),
-                    Some(second.clone()),
-                    &params,
-                )
-                .map_err(failed)?;
-                let kept_b = kept_b.map_or(0, |e| e.len());
+                let (first, second) = self.pair_heads(a, b)?;
+                let (kept_a, kept_b) = self.truncate_pair(first.clone(), second.clone())?;
                 Ok((
                     self.cut(a, &first, kept_a.len())?,
-                    self.cut(b, &second, kept_b)?,
+                    self.cut(b, &second, kept_b.len())?,
                 ))
             })
             .collect()

@@ -7,6 +7,7 @@
 mod common;
 
 use embedder::Tokenization;
+use tokenizers::PostProcessor;
 
 fn words(n: usize, seed: usize) -> String {
     const WORDS: [&str; 12] = [
@@ -139,6 +140,93 @@ fn truncation_from_a_prefix_gives_the_tokens_of_the_whole_text() {
             for (i, (text, tokens)) in texts.iter().zip(&got).enumerate() {
                 let want = whole.encode(text.as_str(), true).unwrap();
                 assert_eq!(tokens.ids, want.get_ids(), "{name} at {limit}: text {i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn pair_truncation_from_prefixes_gives_the_tokens_of_the_whole_texts() {
+    for (name, script, limits) in [
+        ("all-MiniLM-L6-v2", "scripts/fetch-models.sh", [128, 512]),
+        (
+            "test-qwen3-embedding",
+            "scripts/make_qwen3_models.py",
+            [96, 8192],
+        ),
+    ] {
+        let Some(dir) = common::model(name, script) else {
+            continue;
+        };
+        let texts = long_texts();
+        // Each long text against short, mid-length and long partners, both
+        // ways round (the longer side in bytes is not always the longer in
+        // tokens: emoji and CJK are few tokens for their bytes in WordPiece),
+        // and against itself (a tie).
+        let partners: Vec<String> = [5, 60, 127, 128, 129, 300, 700]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| words(n, i))
+            .chain(["🚀 ".repeat(900), "データ".repeat(400)])
+            .collect();
+        let mut pairs = Vec::new();
+        for (i, text) in texts.iter().enumerate().step_by(8) {
+            let partner = &partners[i % partners.len()];
+            pairs.push((text.clone(), partner.clone()));
+            pairs.push((partner.clone(), text.clone()));
+            pairs.push((text.clone(), text.clone()));
+        }
+        for limit in limits {
+            let ours = Tokenization::from_dir(&dir, Some(limit), None).unwrap();
+            // The whole texts, truncated as `post_process` does (its own
+            // call would pair every overflowing part of one long text with
+            // every part of the other: too much memory for this test).
+            // Where both are short enough, also the tokenizer's own call.
+            let mut whole = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap();
+            whole.with_truncation(None).unwrap();
+            whole.with_padding(None);
+            let mut truncating = whole.clone();
+            truncating
+                .with_truncation(Some(tokenizers::TruncationParams {
+                    max_length: limit,
+                    ..Default::default()
+                }))
+                .unwrap();
+            let params = tokenizers::TruncationParams {
+                max_length: limit - whole.get_post_processor().unwrap().added_tokens(true),
+                ..Default::default()
+            };
+            let got = ours.tokenize_pairs(&pairs).unwrap();
+            for (i, ((a, b), tokens)) in pairs.iter().zip(&got).enumerate() {
+                let (mut first, second) = tokenizers::utils::truncation::truncate_encodings(
+                    whole.encode(a.as_str(), false).unwrap(),
+                    Some(whole.encode(b.as_str(), false).unwrap()),
+                    &params,
+                )
+                .unwrap();
+                let mut second = second.unwrap();
+                first.take_overflowing();
+                second.take_overflowing();
+                let want = whole.post_process(first, Some(second), true).unwrap();
+                if a.len() + b.len() < 12_000 {
+                    let direct = truncating
+                        .post_process(
+                            whole.encode(a.as_str(), false).unwrap(),
+                            Some(whole.encode(b.as_str(), false).unwrap()),
+                            true,
+                        )
+                        .unwrap();
+                    assert_eq!(
+                        direct.get_ids(),
+                        want.get_ids(),
+                        "{name} at {limit}: pair {i}"
+                    );
+                }
+                assert_eq!(tokens.ids, want.get_ids(), "{name} at {limit}: pair {i}");
+                let types = want.get_type_ids();
+                if types.iter().any(|&t| t != 0) {
+                    assert_eq!(tokens.types, types, "{name} at {limit}: pair {i}");
+                }
             }
         }
     }
