@@ -113,12 +113,43 @@ pub(crate) fn attention(
         layout,
         out,
         packed,
+        None,
+        fast::supported(heads.dim),
+    );
+}
+
+/// [`attention`] for one query per sequence, at position `picks[s]` of
+/// sequence `s` (the row a CLS or last-token pooling keeps): `out` holds
+/// one row per sequence, the same values as that row of [`attention`]'s.
+pub(crate) fn attention_picked(
+    heads: Heads,
+    lengths: &[usize],
+    picks: &[usize],
+    qkv: &[f32],
+    layout: QkvLayout,
+    out: &mut [f32],
+    packed: &mut Packed,
+) {
+    assert_eq!(picks.len(), lengths.len(), "one pick per sequence");
+    assert!(
+        picks.iter().zip(lengths).all(|(&p, &len)| p < len),
+        "a pick past its sequence"
+    );
+    run(
+        heads,
+        lengths,
+        qkv,
+        layout,
+        out,
+        packed,
+        Some(picks),
         fast::supported(heads.dim),
     );
 }
 
 pub(crate) use fast::Packed;
 
+#[allow(clippy::too_many_arguments)]
 fn run(
     heads: Heads,
     lengths: &[usize],
@@ -126,12 +157,14 @@ fn run(
     layout: QkvLayout,
     out: &mut [f32],
     packed: &mut Packed,
+    picks: Option<&[usize]>,
     fast: bool,
 ) {
     let width = heads.query * heads.dim;
     assert!(heads.kv > 0 && heads.query.is_multiple_of(heads.kv));
     let total: usize = lengths.iter().sum();
-    assert!(qkv.len() >= total * layout.stride && out.len() >= total * width);
+    let rows = picks.map_or(total, <[usize]>::len);
+    assert!(qkv.len() >= total * layout.stride && out.len() >= rows * width);
     // Tasks own disjoint row ranges of `out`: one block of queries of one
     // sequence, every head.
     // The fast path reads keys packed once per sequence and key/value head
@@ -142,12 +175,13 @@ fn run(
     }
     let packed = &*packed;
     let mut tasks = Vec::new();
-    let mut rest = &mut out[..total * width];
+    let mut rest = &mut out[..rows * width];
     let mut start = 0;
     for (s, &len) in lengths.iter().enumerate() {
-        let mut first = 0;
-        while first < len {
-            let rows = (len - first).min(QUERY_BLOCK);
+        // Blocks of queries from `first` up to `end`: all of them, or the pick.
+        let (mut first, end) = picks.map_or((0, len), |p| (p[s], p[s] + 1));
+        while first < end {
+            let rows = (end - first).min(QUERY_BLOCK);
             let (mine, tail) = rest.split_at_mut(rows * width);
             tasks.push(Task {
                 sequence: start,
@@ -905,6 +939,7 @@ mod tests {
                     layout,
                     &mut out,
                     &mut Packed::default(),
+                    None,
                     fast,
                 );
                 for (i, (got, want)) in out.iter().zip(&want).enumerate() {
@@ -912,6 +947,46 @@ mod tests {
                         (f64::from(*got) - want).abs() < 2e-5,
                         "{query}/{kv} causal {causal} window {window:?} dim {dim} fast {fast}, element {i}: {got} vs {want}"
                     );
+                }
+                // One query per sequence: first, last, or one in between.
+                let picks: Vec<usize> = lengths
+                    .iter()
+                    .enumerate()
+                    .map(|(s, &len)| [0, len - 1, len / 2][s % 3])
+                    .collect();
+                let width = query * dim;
+                let mut picked = vec![f32::NAN; lengths.len() * width];
+                run(
+                    heads,
+                    &lengths,
+                    &qkv,
+                    layout,
+                    &mut picked,
+                    &mut Packed::default(),
+                    Some(&picks),
+                    fast,
+                );
+                let mut start = 0;
+                for (s, (&len, &pick)) in lengths.iter().zip(&picks).enumerate() {
+                    let row = (start + pick) * width;
+                    let (got, full) = (&picked[s * width..(s + 1) * width], &out[row..row + width]);
+                    for (c, (g, w)) in got.iter().zip(&want[row..row + width]).enumerate() {
+                        assert!(
+                            (f64::from(*g) - w).abs() < 2e-5,
+                            "picked, {query}/{kv} causal {causal} window {window:?} dim {dim} fast {fast}, sequence {s} column {c}: {g} vs {w}"
+                        );
+                    }
+                    // Without a window every query's keys start at 0, in the
+                    // same blocks as in the full pass: the fast path does the
+                    // same arithmetic (the gemm path's products of one row
+                    // may add in another order than those of 64).
+                    if window.is_none() && fast {
+                        assert_eq!(
+                            got, full,
+                            "picked, {query}/{kv} causal {causal} dim {dim} fast {fast}, sequence {s}"
+                        );
+                    }
+                    start += len;
                 }
             }
         }

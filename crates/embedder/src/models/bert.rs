@@ -16,7 +16,7 @@ use candle_transformers::models::xlm_roberta::{Config as XlmrConfig, XLMRobertaM
 use rayon::prelude::*;
 use serde::Deserialize;
 
-use super::{Model, Pool, Reused, Tokens, pool_padded, pool_states, sized};
+use super::{Model, Pool, Reused, Tokens, gather_picked, picks, pool_padded, pool_states, sized};
 use crate::attention::{self, Heads, QkvLayout};
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
@@ -310,8 +310,10 @@ impl NativeBert {
 
     /// Token states of a batch of sequences laid end to end, in
     /// `b.hidden`: the `Σ len × hidden` matrix, row `offsets[s] + t` for token
-    /// t of sequence s.
-    fn states(&self, inputs: &[&Tokens], b: &mut Buffers) {
+    /// t of sequence s; with `picks`, only the state of token `picks[s]` of
+    /// each sequence, in row s (the last layer runs its attention output and
+    /// feed-forward on those rows only).
+    fn states(&self, inputs: &[&Tokens], picks: Option<&[usize]>, b: &mut Buffers) {
         let h = self.config.hidden_size;
         let inter = self.config.intermediate_size;
         let eps = self.config.layer_norm_eps as f32;
@@ -348,31 +350,57 @@ impl NativeBert {
         sized(&mut b.context, tokens * h);
         sized(&mut b.attended, tokens * h);
         sized(&mut b.intermediate, tokens * inter);
-        for layer in &self.layers {
+        let last = self.layers.len().saturating_sub(1);
+        for (l, layer) in self.layers.iter().enumerate() {
             layer.qkv.forward(&b.hidden, tokens, &mut b.qkv, None);
-            attention::attention(
-                heads,
-                &lengths,
-                &b.qkv,
-                layout,
-                &mut b.context,
-                &mut b.attention,
+            let rows = match picks.filter(|_| l == last) {
+                Some(picks) => {
+                    attention::attention_picked(
+                        heads,
+                        &lengths,
+                        picks,
+                        &b.qkv,
+                        layout,
+                        &mut b.context,
+                        &mut b.attention,
+                    );
+                    gather_picked(&mut b.hidden, h, &lengths, picks);
+                    picks.len()
+                }
+                None => {
+                    attention::attention(
+                        heads,
+                        &lengths,
+                        &b.qkv,
+                        layout,
+                        &mut b.context,
+                        &mut b.attention,
+                    );
+                    tokens
+                }
+            };
+            let n = rows * h;
+            layer.attention_out.forward(
+                &b.context,
+                rows,
+                &mut b.attended[..n],
+                Some(&b.hidden[..n]),
             );
-            layer
-                .attention_out
-                .forward(&b.context, tokens, &mut b.attended, Some(&b.hidden));
-            layer.attention_norm.apply(&mut b.attended, h, eps);
+            layer.attention_norm.apply(&mut b.attended[..n], h, eps);
             layer.intermediate.forward_then(
-                &b.attended,
-                tokens,
+                &b.attended[..n],
+                rows,
                 &mut b.intermediate,
                 None,
                 Some(&move |rows: &mut [f32]| kernels::gelu(rows, tanh_form)),
             );
-            layer
-                .output
-                .forward(&b.intermediate, tokens, &mut b.hidden, Some(&b.attended));
-            layer.output_norm.apply(&mut b.hidden, h, eps);
+            layer.output.forward(
+                &b.intermediate,
+                rows,
+                &mut b.hidden[..n],
+                Some(&b.attended[..n]),
+            );
+            layer.output_norm.apply(&mut b.hidden[..n], h, eps);
         }
     }
 }
@@ -391,14 +419,18 @@ struct Buffers {
 impl Model for NativeBert {
     fn forward(&self, batch: &[&Tokens], pool: Pool) -> Result<Vec<f32>> {
         self.buffers.with(|b| {
-            self.states(batch, b);
             let lengths: Vec<usize> = batch.iter().map(|t| t.ids.len()).collect();
-            Ok(pool_states(
-                &b.hidden,
-                &lengths,
-                self.config.hidden_size,
-                pool,
-            ))
+            let h = self.config.hidden_size;
+            Ok(match picks(&lengths, pool) {
+                Some(picks) => {
+                    self.states(batch, Some(&picks), b);
+                    b.hidden[..batch.len() * h].to_vec()
+                }
+                None => {
+                    self.states(batch, None, b);
+                    pool_states(&b.hidden, &lengths, h, pool)
+                }
+            })
         })
     }
 }

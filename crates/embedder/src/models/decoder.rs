@@ -25,7 +25,9 @@ use rayon::prelude::*;
 
 use super::lora::Lora;
 use super::nvembed::{CandleLatent, LatentPooler};
-use super::{Mask, Model, Pool, Reused, Tokens, pool_padded, pool_states, sized};
+use super::{
+    Mask, Model, Pool, Reused, Tokens, gather_picked, picks, pool_padded, pool_states, sized,
+};
 use crate::attention::{self, Heads, QkvLayout};
 use crate::config::Pooling;
 use crate::error::{Error, Result};
@@ -476,30 +478,6 @@ impl Model for NativeDecoder {
     }
 }
 
-/// The row each sequence's pooling picks, where it picks one (CLS or last
-/// token); `None` for the mean.
-fn picked_rows(lengths: &[usize], pool: Pool) -> Option<Vec<usize>> {
-    if pool.pooling == Pooling::Mean {
-        return None;
-    }
-    let mut start = 0;
-    Some(
-        lengths
-            .iter()
-            .map(|&n| {
-                let row = start
-                    + if pool.pooling == Pooling::Cls {
-                        pool.skip.min(n.saturating_sub(1))
-                    } else {
-                        n.saturating_sub(1)
-                    };
-                start += n;
-                row
-            })
-            .collect(),
-    )
-}
-
 impl NativeDecoder {
     fn run(&self, batch: &[&Tokens], pool: Pool, b: &mut Buffers) -> Vec<f32> {
         let c = &self.spec;
@@ -523,7 +501,7 @@ impl NativeDecoder {
         let positions: Vec<usize> = lengths.iter().flat_map(|&n| 0..n).collect();
         // Where pooling picks one row per sequence, the last layer's output
         // projection and feed-forward run on those rows only.
-        let picked = picked_rows(&lengths, pool);
+        let picked = picks(&lengths, pool);
 
         let x = sized(&mut b.x, tokens * h);
         for (row, &id) in x
@@ -575,26 +553,33 @@ impl NativeDecoder {
                         rotate(head, cos, sin);
                     }
                 });
-            attention::attention(
-                heads,
-                &lengths,
-                &b.qkv,
-                layout,
-                &mut b.context,
-                &mut b.attention,
-            );
-            let rows = match (&picked, l == last) {
-                (Some(picked), true) => {
-                    // Gather the picked rows to the front of each buffer.
-                    let width = heads.query * d;
-                    for (i, &row) in picked.iter().enumerate() {
-                        b.context
-                            .copy_within(row * width..(row + 1) * width, i * width);
-                        b.x.copy_within(row * h..(row + 1) * h, i * h);
-                    }
-                    picked.len()
+            let rows = match picked.as_deref().filter(|_| l == last) {
+                Some(picks) => {
+                    // The picked queries only, their rows of x gathered to
+                    // the front.
+                    attention::attention_picked(
+                        heads,
+                        &lengths,
+                        picks,
+                        &b.qkv,
+                        layout,
+                        &mut b.context,
+                        &mut b.attention,
+                    );
+                    gather_picked(&mut b.x, h, &lengths, picks);
+                    picks.len()
                 }
-                _ => tokens,
+                None => {
+                    attention::attention(
+                        heads,
+                        &lengths,
+                        &b.qkv,
+                        layout,
+                        &mut b.context,
+                        &mut b.attention,
+                    );
+                    tokens
+                }
             };
             let n = rows * h;
             match &layer.attention_out_norm {

@@ -399,6 +399,31 @@ pub(crate) fn sized(buffer: &mut Vec<f32>, n: usize) -> &mut [f32] {
     &mut buffer[..n]
 }
 
+/// The position in each sequence whose state pooling keeps, where it keeps
+/// one (CLS after the skipped prompt, or the last token); `None` for the
+/// mean. A forward pass needs the last layer's attention output and
+/// feed-forward for those rows only.
+pub(crate) fn picks(lengths: &[usize], pool: Pool) -> Option<Vec<usize>> {
+    let pick = |n: usize| match pool.pooling {
+        Pooling::Mean => None,
+        Pooling::Cls => Some(pool.skip.min(n.saturating_sub(1))),
+        Pooling::LastToken => Some(n.saturating_sub(1)),
+    };
+    lengths.iter().map(|&n| pick(n)).collect()
+}
+
+/// Moves row `start(s) + picks[s]` of each sequence `s` of `xs` (rows of
+/// `width`, sequences of `lengths` laid end to end) to row `s`.
+pub(crate) fn gather_picked(xs: &mut [f32], width: usize, lengths: &[usize], picks: &[usize]) {
+    let mut start = 0;
+    for (s, (&len, &pick)) in lengths.iter().zip(picks).enumerate() {
+        // Row s is at or before every row still to be read (s ≤ start).
+        let row = start + pick;
+        xs.copy_within(row * width..(row + 1) * width, s * width);
+        start += len;
+    }
+}
+
 /// Pools token states laid end to end (row `Σ lengths[..s] + t` is token t of
 /// sequence s) into one vector per sequence.
 pub(crate) fn pool_states(states: &[f32], lengths: &[usize], dim: usize, pool: Pool) -> Vec<f32> {
