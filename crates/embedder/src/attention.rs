@@ -489,7 +489,27 @@ mod fast {
                 let stride = layout.stride;
                 // The last block's padding lanes interleave with its keys: clear it whole.
                 k[(len / 16) * d * 16..].fill(0.0);
-                for j in 0..len {
+                let mut whole = 0;
+                #[cfg(target_arch = "x86_64")]
+                if crate::isa::allows(crate::isa::Isa::Avx2) && d.is_multiple_of(8) {
+                    whole = len / 16 * 16;
+                    let keys = &qkv[start * stride + layout.k + h * d..];
+                    for b in 0..len / 16 {
+                        // SAFETY: AVX2 is present; the block's 16 keys lie
+                        // inside `keys` (rows start + 16·b .. + 16 of the
+                        // sequence, `d` columns from the head's) and the
+                        // block holds d × 16.
+                        unsafe {
+                            super::avx2::transpose_keys(
+                                &keys[16 * b * stride..],
+                                stride,
+                                d,
+                                &mut k[b * d * 16..(b + 1) * d * 16],
+                            );
+                        }
+                    }
+                }
+                for j in whole..len {
                     let row = &qkv[(start + j) * stride..(start + j + 1) * stride];
                     let key = &row[layout.k + h * d..layout.k + (h + 1) * d];
                     let block = &mut k[(j / 16) * d * 16..(j / 16 + 1) * d * 16];
@@ -793,6 +813,35 @@ mod avx2 {
             unsafe {
                 _mm256_storeu_ps(out.add(i * KEYS), acc[0]);
                 _mm256_storeu_ps(out.add(i * KEYS + 8), acc[1]);
+            }
+        }
+    }
+
+    /// Sixteen keys (rows `stride` apart, `d` wide, `d` a multiple of 8)
+    /// into a packed block, `block[c·16 + j] = key j's column c`, in 8 × 8
+    /// transposes.
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn transpose_keys(keys: &[f32], stride: usize, d: usize, block: &mut [f32]) {
+        assert!(d.is_multiple_of(8) && block.len() >= 16 * d);
+        assert!(keys.len() >= 15 * stride + d, "keys out of bounds");
+        let (src, dst) = (keys.as_ptr(), block.as_mut_ptr());
+        for half in 0..2 {
+            for c0 in (0..d).step_by(8) {
+                // SAFETY: rows 8·half + r < 16 and columns c0 + 8 ≤ d lie
+                // inside `keys`; the stores, 8 floats at (c0 + i)·16 + 8·half,
+                // inside `block` (both asserted above).
+                unsafe {
+                    let r: [__m256; 8] = std::array::from_fn(|i| {
+                        _mm256_loadu_ps(src.add((8 * half + i) * stride + c0))
+                    });
+                    let columns = crate::kernels::transpose8(r);
+                    for (i, column) in columns.into_iter().enumerate() {
+                        _mm256_storeu_ps(dst.add((c0 + i) * 16 + 8 * half), column);
+                    }
+                }
             }
         }
     }

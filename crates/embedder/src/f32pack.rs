@@ -192,23 +192,28 @@ fn tiles(
 }
 
 /// Rows `0..rows`, depths `k0..k0 + kc` of A into `out`: tile `t` at
-/// `t·kc·MR`, depth `p` of its row `r` at `+ p·MR + r` (rows past the last
-/// are zero).
+/// `t·kc·MR`, depth `p` of its row `r` at `+ p·MR + r` (the slots of rows
+/// past the last are left as they were: the kernel reads `mr` rows).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn pack_lhs(out: &mut Vec<f32>, a: Lhs<'_>, rows: usize, k0: usize, kc: usize) {
     let tiles = rows.div_ceil(MR);
-    out.clear();
     out.resize(tiles * kc * MR, 0.0);
     for (t, tile) in out.chunks_exact_mut(kc * MR).enumerate() {
         let mr = (rows - t * MR).min(MR);
+        let mut done = 0;
         if mr == MR && a.cs == 1 {
-            // A whole tile of contiguous rows: written in order, one depth
-            // (six values) at a time, from six row streams.
-            let rows: [&[f32]; MR] = std::array::from_fn(|r| {
-                let start = (t * MR + r) * a.rs + k0;
-                &a.data[start..start + kc]
-            });
-            for (p, out) in tile.chunks_exact_mut(MR).enumerate() {
+            // A whole tile of contiguous rows: eight depths at a time through
+            // 8 × 8 transposes where AVX2 is, written in order.
+            let start = t * MR * a.rs + k0;
+            let rows = &a.data[start..start + (MR - 1) * a.rs + kc];
+            #[cfg(target_arch = "x86_64")]
+            if crate::isa::allows(Isa::Avx2) {
+                // SAFETY: AVX2 is present; `rows` holds the tile's six rows
+                // of `kc` values `rs` apart and `tile` kc·MR values.
+                done = unsafe { avx2::pack_tile(tile, rows, a.rs, kc) };
+            }
+            let rows: [&[f32]; MR] = std::array::from_fn(|r| &rows[r * a.rs..r * a.rs + kc]);
+            for (p, out) in tile.chunks_exact_mut(MR).enumerate().skip(done) {
                 for (o, row) in out.iter_mut().zip(&rows) {
                     *o = row[p];
                 }
@@ -323,6 +328,46 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{Base, Lhs, MR, NR, store};
+
+    /// The first `kc / 8 · 8` depths of a whole tile (six rows of `kc`
+    /// values, `rs` apart, in `rows`) into `tile` (`p·MR + r`), eight at a
+    /// time: the 8 × 8 transpose of six rows and two of zeros, each depth's
+    /// six values stored as one vector whose last two lanes the next depth
+    /// overwrites (the eighth as four and two). Returns the depths done.
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn pack_tile(tile: &mut [f32], rows: &[f32], rs: usize, kc: usize) -> usize {
+        assert!(rows.len() >= (MR - 1) * rs + kc && tile.len() >= kc * MR);
+        let whole = kc / 8 * 8;
+        let (src, dst) = (rows.as_ptr(), tile.as_mut_ptr());
+        for p0 in (0..whole).step_by(8) {
+            // SAFETY: each row's depths p0..p0 + 8 ≤ kc lie inside `rows`;
+            // the stores cover tile[p0·MR .. (p0 + 8)·MR] (asserted above).
+            unsafe {
+                let r: [__m256; 8] = std::array::from_fn(|i| {
+                    if i < MR {
+                        _mm256_loadu_ps(src.add(i * rs + p0))
+                    } else {
+                        _mm256_setzero_ps()
+                    }
+                });
+                let depths = crate::kernels::transpose8(r);
+                let at = dst.add(p0 * MR);
+                for (i, v) in depths.iter().enumerate().take(7) {
+                    _mm256_storeu_ps(at.add(i * MR), *v);
+                }
+                let last = at.add(7 * MR);
+                _mm_storeu_ps(last, _mm256_castps256_ps128(depths[7]));
+                _mm_storel_epi64(
+                    last.add(4).cast(),
+                    _mm_castps_si128(_mm256_extractf128_ps::<1>(depths[7])),
+                );
+            }
+        }
+        whole
+    }
 
     /// The AVX2 + FMA micro-kernel on `rows` ≤ 6 rows.
     ///
