@@ -334,6 +334,12 @@ impl Linear {
 
     /// Switches the layer to `arithmetic` (the caller checks CPU support);
     /// unless it is f32, the f32 weight is dropped.
+    /// Whether the weight is packed for one of this crate's kernels (which
+    /// cost nothing per call); the `gemm` crate packs it on every call.
+    pub(crate) fn is_packed(&self) -> bool {
+        !matches!(self.packed, Packed::None)
+    }
+
     pub(crate) fn prepare(&mut self, arithmetic: Arithmetic) {
         let (inputs, outputs) = (self.inputs, self.outputs);
         self.packed = match arithmetic {

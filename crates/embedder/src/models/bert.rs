@@ -348,8 +348,6 @@ impl NativeBert {
         let tanh_form = self.config.tanh_gelu();
         sized(&mut b.qkv, tokens * 3 * h);
         sized(&mut b.context, tokens * h);
-        sized(&mut b.attended, tokens * h);
-        sized(&mut b.intermediate, tokens * inter);
         let last = self.layers.len().saturating_sub(1);
         for (l, layer) in self.layers.iter().enumerate() {
             layer.qkv.forward(&b.hidden, tokens, &mut b.qkv, None);
@@ -379,31 +377,66 @@ impl NativeBert {
                     tokens
                 }
             };
-            let n = rows * h;
-            layer.attention_out.forward(
-                &b.context,
-                rows,
-                &mut b.attended[..n],
-                Some(&b.hidden[..n]),
-            );
-            layer.attention_norm.apply(&mut b.attended[..n], h, eps);
-            layer.intermediate.forward_then(
-                &b.attended[..n],
-                rows,
-                &mut b.intermediate,
-                None,
-                Some(&move |rows: &mut [f32]| kernels::gelu(rows, tanh_form)),
-            );
-            layer.output.forward(
-                &b.intermediate,
-                rows,
-                &mut b.hidden[..n],
-                Some(&b.attended[..n]),
-            );
-            layer.output_norm.apply(&mut b.hidden[..n], h, eps);
+            // Everything after attention is row by row: blocks of rows go
+            // through it in turn, their intermediate states in cache (not a
+            // batch-sized feed-forward activation that would go to memory
+            // and back). Where a product packs its weight on each call (the
+            // `gemm` crate's f32 at AVX-512), all rows at once.
+            let after = |hidden: &mut [f32],
+                         context: &[f32],
+                         attended: &mut [f32],
+                         intermediate: &mut [f32]| {
+                let m = hidden.len() / h;
+                let attended = &mut attended[..m * h];
+                layer
+                    .attention_out
+                    .forward(context, m, attended, Some(hidden));
+                layer.attention_norm.apply(attended, h, eps);
+                layer.intermediate.forward_then(
+                    attended,
+                    m,
+                    intermediate,
+                    None,
+                    Some(&move |rows: &mut [f32]| kernels::gelu(rows, tanh_form)),
+                );
+                layer
+                    .output
+                    .forward(intermediate, m, hidden, Some(attended));
+                layer.output_norm.apply(hidden, h, eps);
+            };
+            let packed = [&layer.attention_out, &layer.intermediate, &layer.output]
+                .iter()
+                .all(|l| l.is_packed());
+            if packed {
+                b.hidden[..rows * h]
+                    .par_chunks_mut(FUSED_ROWS * h)
+                    .zip(b.context[..rows * h].par_chunks(FUSED_ROWS * h))
+                    .for_each_init(
+                        || {
+                            (
+                                vec![0.0f32; FUSED_ROWS * h],
+                                vec![0.0f32; FUSED_ROWS * inter],
+                            )
+                        },
+                        |(attended, intermediate), (hidden, context)| {
+                            after(hidden, context, attended, intermediate);
+                        },
+                    );
+            } else {
+                after(
+                    &mut b.hidden[..rows * h],
+                    &b.context[..rows * h],
+                    sized(&mut b.attended, rows * h),
+                    sized(&mut b.intermediate, rows * inter),
+                );
+            }
         }
     }
 }
+
+/// Rows per block of the layer's part after attention (their feed-forward
+/// activations, `rows × intermediate`, stay in a core's L2 cache).
+const FUSED_ROWS: usize = 48;
 
 /// The activations of a forward pass, kept from one batch to the next.
 #[derive(Default)]
@@ -411,6 +444,7 @@ struct Buffers {
     hidden: Vec<f32>,
     qkv: Vec<f32>,
     context: Vec<f32>,
+    /// The unfused path's: after attention, before the feed-forward.
     attended: Vec<f32>,
     intermediate: Vec<f32>,
     attention: attention::Packed,
