@@ -489,6 +489,7 @@ mod fast {
                 let stride = layout.stride;
                 // The last block's padding lanes interleave with its keys: clear it whole.
                 k[(len / 16) * d * 16..].fill(0.0);
+                #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
                 let mut whole = 0;
                 #[cfg(target_arch = "x86_64")]
                 if crate::isa::allows(crate::isa::Isa::Avx2) && d.is_multiple_of(8) {

@@ -200,6 +200,7 @@ fn pack_lhs(out: &mut Vec<f32>, a: Lhs<'_>, rows: usize, k0: usize, kc: usize) {
     out.resize(tiles * kc * MR, 0.0);
     for (t, tile) in out.chunks_exact_mut(kc * MR).enumerate() {
         let mr = (rows - t * MR).min(MR);
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
         let mut done = 0;
         if mr == MR && a.cs == 1 {
             // A whole tile of contiguous rows: eight depths at a time through
