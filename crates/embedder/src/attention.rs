@@ -98,9 +98,14 @@ impl QkvLayout {
 ///
 /// `packed` holds the keys the fast path packs: reused from one
 /// call to the next, it saves fresh allocations.
+///
+/// With `picks`, only one query per sequence, at position `picks[s]` of
+/// sequence `s` (the row a CLS or last-token pooling keeps): `out` then holds
+/// one row per sequence, the same values as that row of the full output.
 pub(crate) fn attention(
     heads: Heads,
     lengths: &[usize],
+    picks: Option<&[usize]>,
     qkv: &[f32],
     layout: QkvLayout,
     out: &mut [f32],
@@ -113,36 +118,7 @@ pub(crate) fn attention(
         layout,
         out,
         packed,
-        None,
-        fast::supported(heads.dim),
-    );
-}
-
-/// [`attention`] for one query per sequence, at position `picks[s]` of
-/// sequence `s` (the row a CLS or last-token pooling keeps): `out` holds
-/// one row per sequence, the same values as that row of [`attention`]'s.
-pub(crate) fn attention_picked(
-    heads: Heads,
-    lengths: &[usize],
-    picks: &[usize],
-    qkv: &[f32],
-    layout: QkvLayout,
-    out: &mut [f32],
-    packed: &mut Packed,
-) {
-    assert_eq!(picks.len(), lengths.len(), "one pick per sequence");
-    assert!(
-        picks.iter().zip(lengths).all(|(&p, &len)| p < len),
-        "a pick past its sequence"
-    );
-    run(
-        heads,
-        lengths,
-        qkv,
-        layout,
-        out,
-        packed,
-        Some(picks),
+        picks,
         fast::supported(heads.dim),
     );
 }
@@ -162,6 +138,13 @@ fn run(
 ) {
     let width = heads.query * heads.dim;
     assert!(heads.kv > 0 && heads.query.is_multiple_of(heads.kv));
+    if let Some(picks) = picks {
+        assert_eq!(picks.len(), lengths.len(), "one pick per sequence");
+        assert!(
+            picks.iter().zip(lengths).all(|(&p, &len)| p < len),
+            "a pick past its sequence"
+        );
+    }
     let total: usize = lengths.iter().sum();
     let rows = picks.map_or(total, <[usize]>::len);
     assert!(qkv.len() >= total * layout.stride && out.len() >= rows * width);

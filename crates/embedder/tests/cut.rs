@@ -112,16 +112,20 @@ fn long_texts() -> Vec<String> {
     texts
 }
 
+/// The tokenizers the prefix tests run (WordPiece, byte-level BPE), the
+/// script that makes each, and the truncation lengths tried.
+const PREFIX_MODELS: [(&str, &str, [usize; 2]); 2] = [
+    ("all-MiniLM-L6-v2", "scripts/fetch-models.sh", [128, 512]),
+    (
+        "test-qwen3-embedding",
+        "scripts/make_qwen3_models.py",
+        [96, 8192],
+    ),
+];
+
 #[test]
 fn truncation_from_a_prefix_gives_the_tokens_of_the_whole_text() {
-    for (name, script, limits) in [
-        ("all-MiniLM-L6-v2", "scripts/fetch-models.sh", [128, 512]),
-        (
-            "test-qwen3-embedding",
-            "scripts/make_qwen3_models.py",
-            [96, 8192],
-        ),
-    ] {
+    for (name, script, limits) in PREFIX_MODELS {
         let Some(dir) = common::model(name, script) else {
             continue;
         };
@@ -147,14 +151,7 @@ fn truncation_from_a_prefix_gives_the_tokens_of_the_whole_text() {
 
 #[test]
 fn pair_truncation_from_prefixes_gives_the_tokens_of_the_whole_texts() {
-    for (name, script, limits) in [
-        ("all-MiniLM-L6-v2", "scripts/fetch-models.sh", [128, 512]),
-        (
-            "test-qwen3-embedding",
-            "scripts/make_qwen3_models.py",
-            [96, 8192],
-        ),
-    ] {
+    for (name, script, limits) in PREFIX_MODELS {
         let Some(dir) = common::model(name, script) else {
             continue;
         };

@@ -351,31 +351,24 @@ impl NativeBert {
         let last = self.layers.len().saturating_sub(1);
         for (l, layer) in self.layers.iter().enumerate() {
             layer.qkv.forward(&b.hidden, tokens, &mut b.qkv, None);
-            let rows = match picks.filter(|_| l == last) {
+            let layer_picks = picks.filter(|_| l == last);
+            attention::attention(
+                heads,
+                &lengths,
+                layer_picks,
+                &b.qkv,
+                layout,
+                &mut b.context,
+                &mut b.attention,
+            );
+            // The picked rows of the residual stream to the front, as
+            // attention's output holds them.
+            let rows = match layer_picks {
                 Some(picks) => {
-                    attention::attention_picked(
-                        heads,
-                        &lengths,
-                        picks,
-                        &b.qkv,
-                        layout,
-                        &mut b.context,
-                        &mut b.attention,
-                    );
                     gather_picked(&mut b.hidden, h, &lengths, picks);
                     picks.len()
                 }
-                None => {
-                    attention::attention(
-                        heads,
-                        &lengths,
-                        &b.qkv,
-                        layout,
-                        &mut b.context,
-                        &mut b.attention,
-                    );
-                    tokens
-                }
+                None => tokens,
             };
             // Everything after attention is row by row: blocks of rows go
             // through it in turn, their intermediate states in cache (not a

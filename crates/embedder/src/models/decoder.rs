@@ -553,33 +553,24 @@ impl NativeDecoder {
                         rotate(head, cos, sin);
                     }
                 });
-            let rows = match picked.as_deref().filter(|_| l == last) {
+            let layer_picks = picked.as_deref().filter(|_| l == last);
+            attention::attention(
+                heads,
+                &lengths,
+                layer_picks,
+                &b.qkv,
+                layout,
+                &mut b.context,
+                &mut b.attention,
+            );
+            // The picked rows of the residual stream to the front, as
+            // attention's output holds them.
+            let rows = match layer_picks {
                 Some(picks) => {
-                    // The picked queries only, their rows of x gathered to
-                    // the front.
-                    attention::attention_picked(
-                        heads,
-                        &lengths,
-                        picks,
-                        &b.qkv,
-                        layout,
-                        &mut b.context,
-                        &mut b.attention,
-                    );
                     gather_picked(&mut b.x, h, &lengths, picks);
                     picks.len()
                 }
-                None => {
-                    attention::attention(
-                        heads,
-                        &lengths,
-                        &b.qkv,
-                        layout,
-                        &mut b.context,
-                        &mut b.attention,
-                    );
-                    tokens
-                }
+                None => tokens,
             };
             let n = rows * h;
             match &layer.attention_out_norm {
