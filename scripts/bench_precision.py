@@ -31,12 +31,17 @@ bf16 dot, int8 dot) and the share of it our dense layers reach on the models' sh
 ONNX exports are cached under target/bench-onnx/.
 
 --isa avx2 runs every engine capped at AVX2 + FMA: ours with SKILLRET_MAX_ISA=avx2 (int8 on
-vpmaddubsw, no VNNI), PyTorch with ATEN_CPU_CAPABILITY=avx2 and ONEDNN_MAX_CPU_ISA=AVX2 (set before
-torch is imported). --isa avxvnni: ours with SKILLRET_MAX_ISA=avxvnni (int8 on 256-bit vpdpbusd),
-PyTorch with ATEN_CPU_CAPABILITY=avx2 and ONEDNN_MAX_CPU_ISA=AVX2_VNNI. ONNX Runtime has no such
+vpmaddubsw, no VNNI), PyTorch with ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2 and
+MKL_ENABLE_INSTRUCTIONS=AVX2 (set before torch is imported: PyTorch's f32 linear layers go through
+MKL, which ignores the first two). --isa avxvnni: ours with SKILLRET_MAX_ISA=avxvnni (int8 on
+256-bit vpdpbusd), PyTorch with ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2_VNNI and
+MKL_ENABLE_INSTRUCTIONS=AVX2. ONNX Runtime has no such
 cap (its MLAS kernels pick AVX-512 by themselves), so on an AVX-512 CPU its rows are marked
 uncapped and no ratio to it is printed; on an AVX2-only CPU (`grep -c avx512f /proc/cpuinfo` gives
 0) leave --isa out: everything runs at AVX2 anyway.
+
+Every run starts by naming the machine: the CPU model, its SIMD flags and `bench_linear`'s peaks
+(f32 FMA, bf16 and int8 dot products), so that each figure below reads against its CPU.
 
 --before PATH adds rows for another build of `pipeline` (e.g. the last commit's, built into another
 target directory), run the same way in the same run: a before/after comparison.
@@ -287,6 +292,29 @@ def cross_table(model, max_length, args, torch):
               f"{np.abs(scores - ref).max():16.2e} {order_changes(scores):>14} of {len(queries)}")
 
 
+SIMD_FLAGS = ("avx2", "fma", "avx_vnni", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
+              "amx_bf16", "amx_int8")
+
+
+def machine():
+    """The CPU model and its SIMD flags, from /proc/cpuinfo."""
+    text = Path("/proc/cpuinfo").read_text()
+    model = next((l.split(":", 1)[1].strip() for l in text.splitlines() if l.startswith("model name")), "?")
+    flags = next((l.split(":", 1)[1].split() for l in text.splitlines() if l.startswith("flags")), [])
+    return model, [f for f in SIMD_FLAGS if f in flags]
+
+
+def peaks_line():
+    """bench_linear's peaks on this CPU, one line."""
+    proc = subprocess.run([str(BENCH_LINEAR), "--tsv"], capture_output=True, text=True, check=True)
+    peaks = {}
+    for line in proc.stdout.splitlines():
+        f = line.split("\t")
+        if f[0] == "peak":
+            peaks[f[1]] = float(f[2])
+    return "  ".join(f"{k} {v:.0f} G{'OP' if 'vnni' in k or 'int8' in k else 'FLOP'}/s" for k, v in peaks.items())
+
+
 def peak_table():
     proc = subprocess.run([str(BENCH_LINEAR), "--tsv"], capture_output=True, text=True, check=True)
     peaks, layers, level = {}, [], "?"
@@ -328,6 +356,7 @@ def main():
         os.environ["SKILLRET_MAX_ISA"] = args.isa
         os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
         os.environ["ONEDNN_MAX_CPU_ISA"] = "AVX2" if args.isa == "avx2" else "AVX2_VNNI"
+        os.environ["MKL_ENABLE_INSTRUCTIONS"] = "AVX2"
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     os.environ["RAYON_NUM_THREADS"] = str(args.threads)
     only = set(args.only.split(","))
@@ -344,8 +373,12 @@ def main():
           f"onnxruntime {onnxruntime.__version__}, {args.threads} threads, best of {args.repeat}; "
           f"CPU {'with' if cpu_avx512 else 'without'} AVX-512; isa {args.isa}"
           + ("" if args.ort_capped else " (ONNX Runtime uncapped: its ratios are not given)"))
+    model, flags = machine()
+    print(f"CPU: {model}; flags: {' '.join(flags) or 'none of ' + ', '.join(SIMD_FLAGS)}")
+    print(f"bench_linear peaks ({args.threads} threads): {peaks_line()}")
     if args.isa != "native":
-        print(f"PyTorch CPU capability: {torch.backends.cpu.get_cpu_capability()}")
+        print(f"PyTorch CPU capability: {torch.backends.cpu.get_cpu_capability()} "
+              f"(ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA and MKL_ENABLE_INSTRUCTIONS set)")
     if "minilm" in only:
         embedder_table("all-MiniLM-L6-v2", "all-MiniLM-L6-v2", 256, "", "", args, torch)
     if "e5" in only:

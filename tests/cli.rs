@@ -379,10 +379,11 @@ fn embed_explains_a_missing_model() {
         path(&output),
     ]);
     assert!(!out.status.success());
+    // Without the Hub and without a local copy: both said, and how to pin.
+    let err = text(&out.stderr);
     assert!(
-        text(&out.stderr).contains("--revision"),
-        "{}",
-        text(&out.stderr)
+        err.contains("--revision") && err.contains("no local copy in"),
+        "{err}"
     );
 }
 
@@ -433,31 +434,67 @@ fn rerank_rescores_the_top_n_of_any_run() {
     assert!(text(&out.stderr).contains("pairs/s"));
     let before = read_run(&first);
     let after = read_run(&output);
-    assert_eq!(before.len(), after.len(), "every candidate is kept");
     let queries: std::collections::BTreeSet<&str> =
         before.iter().map(|(q, _, _)| q.as_str()).collect();
     for query in queries {
+        // The first stage's top 2 by score, equal scores at the cut taken in
+        // the run file's order (Python's stable sort, as eval_rerank).
         let mut firsts: Vec<(f64, &str)> = before
             .iter()
             .filter(|(q, _, _)| q == query)
             .map(|(_, d, s)| (*s, d.as_str()))
             .collect();
-        firsts.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(a.1)));
-        let reranked: Vec<&str> = after
+        firsts.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let mut expected: Vec<&str> = firsts.iter().take(2).map(|x| x.1).collect();
+        // The reranked run holds those only, as the official eval_rerank's.
+        let mut reranked: Vec<&str> = after
             .iter()
             .filter(|(q, _, _)| q == query)
             .map(|(_, d, _)| d.as_str())
             .collect();
-        // The top 2 are the first stage's top 2, in any order; the rest follow
-        // in first-stage order.
-        let mut top: Vec<&str> = reranked.iter().take(2).copied().collect();
-        let mut expected_top: Vec<&str> = firsts.iter().take(2).map(|x| x.1).collect();
-        top.sort_unstable();
-        expected_top.sort_unstable();
-        assert_eq!(top, expected_top, "query {query}");
-        let rest: Vec<&str> = firsts.iter().skip(2).map(|x| x.1).collect();
-        assert_eq!(&reranked[top.len()..], &rest[..], "query {query}");
+        reranked.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(reranked, expected, "query {query}");
     }
+    // t-2 ties at 3.0 for the cut of 1: the file's first (k8s-backup) goes
+    // in, not trec order's (slo-alerts, the higher id).
+    let out_1 = dir.path().join("one.trec");
+    let mut args = vec!["rerank", "--model", path(&model), "--data", path(&tiny)];
+    args.extend([
+        "--run",
+        path(&first),
+        "--top-n",
+        "1",
+        "--output",
+        path(&out_1),
+    ]);
+    assert!(pipeline(&args).status.success());
+    let one = read_run(&out_1);
+    assert!(
+        one.iter()
+            .any(|(q, d, _)| q == "t-2" && d == "tiny.k8s-backup"),
+        "{one:?}"
+    );
+    // With --oracle each query's gold skills join its pool.
+    let oracle = dir.path().join("oracle.trec");
+    args.pop();
+    args.extend([path(&oracle), "--oracle"]);
+    let out = pipeline(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("gold skills (oracle)"));
+    let pooled = read_run(&oracle);
+    assert!(
+        pooled
+            .iter()
+            .any(|(q, d, _)| q == "t-2" && d == "tiny.slo-alerts"),
+        "{pooled:?}"
+    );
+    assert!(
+        pooled
+            .iter()
+            .any(|(q, d, _)| q == "t-3" && d == "tiny.release-beta"),
+        "{pooled:?}"
+    );
     // The same command again writes the same bytes.
     let again = dir.path().join("again.trec");
     let out = rerank_to(&again);
@@ -633,6 +670,10 @@ fn run_every_stage_caches_embeddings_and_reports_the_reranker() {
         "wins",
         "p = ",
         "HNSW against exact search",
+        "## Breakdowns",
+        "By number of gold skills",
+        "By query length",
+        "The reranker helps",
     ] {
         assert!(
             report.contains(needle),
@@ -644,6 +685,63 @@ fn run_every_stage_caches_embeddings_and_reports_the_reranker() {
             .unwrap();
     assert!(metrics["reranker"]["NDCG@10"].is_f64());
     assert!(metrics["hnsw_recall"]["Recall@10"].is_f64());
+    // results.json: scores with their provenance.
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("a/results.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        results["scores"], metrics,
+        "the same scores as metrics.json"
+    );
+    let weights = results["models"]["embedder"]["weights_sha256"]["model.safetensors"].as_str();
+    assert_eq!(weights.map(str::len), Some(64), "{results:#}");
+    assert!(
+        results["dataset"]["revision"]
+            .as_str()
+            .unwrap()
+            .starts_with("local-")
+    );
+    assert_eq!(
+        results["dataset"]["sha256"]["queries/test.jsonl"]
+            .as_str()
+            .map(str::len),
+        Some(64)
+    );
+    assert_eq!(results["tool"]["version"], env!("CARGO_PKG_VERSION"));
+    assert!(results["tool"]["git_commit"].is_string());
+    assert!(results["device"]["cpu"].is_string());
+    assert_eq!(results["protocol"]["reranker"]["top_n"], 20);
+    assert!(results["timings"]["stages"].as_array().unwrap().len() >= 4);
+    let gold = results["breakdowns"]["gold_skills"].as_array().unwrap();
+    let counted: u64 = gold.iter().map(|g| g["queries"].as_u64().unwrap()).sum();
+    assert_eq!(counted, metrics["retriever"]["queries"].as_u64().unwrap());
+    // The official JSON of the first stage, fed back to `pipeline rerank`,
+    // gives the run's reranked stage exactly.
+    let official = dir.path().join("a/skillret.retriever.json");
+    let again = dir.path().join("again.trec");
+    let root_models = root.join("models/test-bert-cross-encoder");
+    let out = pipeline(&[
+        "rerank",
+        "--model",
+        path(&root_models),
+        "--data",
+        path(&tiny),
+        "--run",
+        path(&official),
+        "--top-n",
+        "20",
+        "--max-length",
+        "256",
+        "--tag",
+        "reranker",
+        "--output",
+        path(&again),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(&again).unwrap(),
+        std::fs::read_to_string(dir.path().join("a/run.reranker.trec")).unwrap()
+    );
     // The second run reads every vector from the cache and writes the same metrics.
     let second = run_config(dir.path(), &config, &tiny, "b");
     assert!(second.status.success());
@@ -979,8 +1077,16 @@ fn rerank_takes_a_yes_no_reranker() {
     );
     let reranked = read_run(&output);
     let first = read_run(&tiny.join("runs/lexical.run.trec"));
-    assert_eq!(reranked.len(), first.len());
-    // Each query's top 3 carry P(yes) scores, in (0, 1) and descending.
+    // Each query's top 3 and nothing more, as the official eval_rerank.
+    let mut per_query: std::collections::BTreeMap<&str, usize> = Default::default();
+    for (q, _, _) in &first {
+        *per_query.entry(q.as_str()).or_default() += 1;
+    }
+    assert_eq!(
+        reranked.len(),
+        per_query.values().map(|n| (*n).min(3)).sum::<usize>()
+    );
+    // They carry P(yes) scores, in (0, 1) and descending.
     let mut by_query: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
     for (q, _, s) in &reranked {
         by_query.entry(q.as_str()).or_default().push(*s);
@@ -1234,5 +1340,605 @@ fn the_instruction_set_cap_is_checked_and_named() {
             err.contains("int8 on avx2 vpmaddubsw") && err.contains(", avx2, "),
             "{err}"
         );
+    }
+}
+
+#[test]
+fn the_attention_kernel_is_checked_and_named() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
+    if !model.join("model.safetensors").is_file() {
+        eprintln!("skipping: run scripts/fetch-models.sh");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "\"a skill that formats dates\"\n\"pdf\"\n").unwrap();
+    let output = dir.path().join("out.jsonl");
+    let embed = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_pipeline"))
+            .args([
+                "embed",
+                "--model",
+                path(&model),
+                "--input",
+                path(&input),
+                "--output",
+                path(&output),
+            ])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // An unknown kernel names the known ones; flash where it cannot run
+    // says why; nothing is written either way.
+    let out = embed(&["--attention-kernel", "fused"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("one of: exact, flash"),
+        "{}",
+        text(&out.stderr)
+    );
+    for args in [
+        &[
+            "--backend",
+            "candle",
+            "--precision",
+            "bf16",
+            "--attention-kernel",
+            "flash",
+        ][..],
+        &["--attention-kernel", "flash"][..],
+    ] {
+        let out = embed(args);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("attention kernel flash: "),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(!output.exists(), "an output was written");
+    }
+    // The candle engine names the dtype and the kernel that ran.
+    let out = embed(&["--backend", "candle", "--precision", "bf16"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cpu (candle, bf16, exact attention)"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// The sweep's configurations on the tiny fixture: BM25, MiniLM exact, and
+/// MiniLM with the TEST cross-encoder (scores mean nothing: machinery only).
+fn sweep_configs(dir: &Path) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let configs = dir.join("configs");
+    std::fs::create_dir_all(&configs).unwrap();
+    let cache = format!("\n[output]\ncache = \"{}\"\n", dir.join("cache").display());
+    let models = |t: String| t.replace("\"models/", &format!("\"{}/models/", root.display()));
+    std::fs::write(
+        configs.join("bm25.toml"),
+        std::fs::read_to_string(self::configs().join("bm25.toml")).unwrap() + &cache,
+    )
+    .unwrap();
+    std::fs::write(
+        configs.join("minilm.toml"),
+        models(std::fs::read_to_string(self::configs().join("minilm.toml")).unwrap()) + &cache,
+    )
+    .unwrap();
+    std::fs::write(
+        configs.join("minilm-test-reranker.toml"),
+        models(
+            "[data]\ndir = \"tests/fixtures/tiny\"\n[embedder]\nmodel = \"models/all-MiniLM-L6-v2\"\n\
+             [retriever]\nkind = \"dense\"\ntop_n = 5\n[reranker]\nmodel = \"models/test-bert-cross-encoder\"\n\
+             top_n = 5\nmax_length = 128\n"
+            .to_owned(),
+        ) + &cache,
+    )
+    .unwrap();
+    configs
+}
+
+/// `leaderboard.json`'s rows without the wall times (which a rerun or a
+/// resumed sweep measures anew only for what it ran).
+fn leaderboard_rows(out: &Path) -> Vec<serde_json::Value> {
+    let value: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("leaderboard.json")).unwrap())
+            .unwrap();
+    value["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            r.as_object_mut().unwrap().remove("wall_s");
+            r.as_object_mut().unwrap().remove("tokens_per_s");
+            r
+        })
+        .collect()
+}
+
+#[test]
+fn sweep_runs_every_configuration_resumes_after_a_kill_and_skips_what_fails() {
+    let (Some(_), Some(_)) = (minilm(), test_cross_encoder()) else {
+        return;
+    };
+    let tiny = fixture("tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let configs = sweep_configs(dir.path());
+    // A configuration that does not load: reported, the others finish.
+    std::fs::write(
+        configs.join("broken.toml"),
+        "[data]\n[retriever]\nkind = \"dense\"\ntop_k = 3\n",
+    )
+    .unwrap();
+    let pattern = format!("{}/*.toml", configs.display());
+    let out = dir.path().join("results");
+    let args = |out: &Path| -> Vec<String> {
+        [
+            "sweep",
+            "--configs",
+            &pattern,
+            "--rerank-depths",
+            "2,3",
+            "--data",
+            path(&tiny),
+            "--out",
+            path(out),
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+    };
+    let run = |out: &Path| {
+        let a = args(out);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        pipeline(&a)
+    };
+    // The broken configuration fails the exit status; the rest finish.
+    let first = run(&out);
+    let err = text(&first.stderr);
+    assert_eq!(first.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("1 configuration(s) or job(s) of the sweep failed"),
+        "{err}"
+    );
+    assert!(
+        err.contains("broken.toml does not load") && err.contains("top_k"),
+        "{err}"
+    );
+    for file in [
+        "leaderboard.md",
+        "leaderboard.csv",
+        "leaderboard.json",
+        "leaderboard.svg",
+    ] {
+        assert!(out.join(file).is_file(), "{file}");
+    }
+    let rows = leaderboard_rows(&out);
+    // bm25, minilm (twice: alone and under the reranker, same config? no:
+    // the reranker's configuration has its own first stage), 2 depths.
+    let stages: Vec<(String, String, Option<u64>)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["model"].as_str().unwrap().to_owned(),
+                r["stage"].as_str().unwrap().to_owned(),
+                r["depth"].as_u64(),
+            )
+        })
+        .collect();
+    assert_eq!(rows.len(), 5, "{stages:?}");
+    assert_eq!(
+        stages.iter().filter(|s| s.1 == "reranker").count(),
+        2,
+        "{stages:?}"
+    );
+    let ndcg: Vec<f64> = rows
+        .iter()
+        .map(|r| r["scores"]["NDCG@10"].as_f64().unwrap())
+        .collect();
+    assert!(
+        ndcg.windows(2).all(|w| w[0] >= w[1]),
+        "sorted by NDCG@10: {ndcg:?}"
+    );
+    let md = std::fs::read_to_string(out.join("leaderboard.md")).unwrap();
+    assert!(md.contains("## Failed") && md.contains("`broken`"), "{md}");
+    // Every entry equals the same configuration run alone.
+    let alone = dir.path().join("alone");
+    let o = pipeline(&[
+        "run",
+        "--config",
+        path(&configs.join("minilm-test-reranker.toml")),
+        "--data",
+        path(&tiny),
+        "--rerank-depth",
+        "3",
+        "--out",
+        path(&alone),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    for file in [
+        "metrics.json",
+        "run.reranker.trec",
+        "skillret.reranker.json",
+    ] {
+        assert_eq!(
+            std::fs::read(alone.join(file)).unwrap(),
+            std::fs::read(out.join("runs/minilm-test-reranker@3").join(file)).unwrap(),
+            "{file}"
+        );
+    }
+    // The MTEB-shaped results tree.
+    let filed: Vec<PathBuf> = glob_files(&out, "SkillRet-local-");
+    assert_eq!(filed.len(), 4, "{filed:?}");
+
+    // Run again: nothing is recomputed, the leaderboard is the same.
+    let again = run(&out);
+    let err = text(&again.stderr);
+    assert_eq!(again.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.matches("(same key), not recomputed").count(),
+        4,
+        "{err}"
+    );
+    assert!(err.contains("0 jobs run"), "{err}");
+    assert_eq!(leaderboard_rows(&out), rows);
+
+    // Killed mid-way (SIGKILL once the first job is in place), then run
+    // again: the finished job is skipped, the rest done, the same board.
+    let killed = dir.path().join("killed");
+    let a = args(&killed);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(&a)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let first_job = killed.join("runs/bm25/job.json");
+    let started = std::time::Instant::now();
+    while !first_job.exists() && started.elapsed().as_secs() < 120 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(first_job.exists());
+    assert!(
+        !killed.join("leaderboard.json").exists(),
+        "killed before the end"
+    );
+    let resumed = run(&killed);
+    let err = text(&resumed.stderr);
+    assert_eq!(
+        resumed.status.code(),
+        Some(1),
+        "{err} (the broken configuration)"
+    );
+    assert!(
+        err.contains("bm25: finished before (same key), not recomputed"),
+        "{err}"
+    );
+    assert_eq!(leaderboard_rows(&killed), rows);
+}
+
+fn glob_files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if p.file_name().is_some_and(|n| n != "runs") {
+                    stack.push(p);
+                }
+            } else if p
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+            {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn sweep_refuses_bad_input_before_running_anything() {
+    let tiny = fixture("tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    let nothing = format!("{}/none-*.toml", dir.path().display());
+    let o = pipeline(&[
+        "sweep",
+        "--configs",
+        &nothing,
+        "--data",
+        path(&tiny),
+        "--out",
+        path(&out),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("matches no file"),
+        "{}",
+        text(&o.stderr)
+    );
+    let all = format!("{}/*.toml", configs().display());
+    let o = pipeline(&[
+        "sweep",
+        "--configs",
+        &all,
+        "--rerank-depths",
+        "10,0",
+        "--out",
+        path(&out),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("a depth of 0"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = pipeline(&[
+        "sweep",
+        "--configs",
+        &all,
+        "--filter",
+        "^nothing-like-this$",
+        "--out",
+        path(&out),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("keeps none"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!out.exists(), "nothing written");
+    // A skill_ids_filter naming an unknown id: file, line, field; nothing written.
+    let filter = dir.path().join("keep.txt");
+    std::fs::write(&filter, "tiny.k8s-backup\nno.such.skill\n").unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[data]\ndir = \"tests/fixtures/tiny\"\nskill_ids_filter = \"{}\"\n[retriever]\nkind = \"bm25\"\n",
+            filter.display()
+        ),
+    )
+    .unwrap();
+    let run_out = dir.path().join("run");
+    let o = pipeline(&[
+        "run",
+        "--config",
+        path(&config),
+        "--data",
+        path(&tiny),
+        "--out",
+        path(&run_out),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!("{}:2", filter.display())) && err.contains("no.such.skill"),
+        "{err}"
+    );
+    assert!(err.contains("skill_ids_filter"), "{err}");
+    assert!(!run_out.exists(), "nothing written");
+}
+
+#[test]
+fn a_hub_id_without_the_hub_uses_a_local_copy_and_says_so() {
+    let Some(local) = minilm() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "\"parse a pdf\"\n").unwrap();
+    let embed = |models: &Path, hf_home: &Path, output: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_pipeline"))
+            .args(["embed", "--model", "sentence-transformers/all-MiniLM-L6-v2"])
+            .args(["--input", path(&input), "--output", path(output)])
+            .env("SKILLRET_MODELS", models)
+            .env("HF_HOME", hf_home)
+            .env("HF_HUB_OFFLINE", "1")
+            .output()
+            .unwrap()
+    };
+    let hf_home = dir.path().join("hf");
+    // No pinned revision, offline, no record of the default branch, and a
+    // local copy: the copy is used, and the message says why.
+    let models = local.parent().unwrap();
+    let out_local = dir.path().join("local.jsonl");
+    let out = embed(models, &hf_home, &out_local);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("using the local copy") && err.contains("HF_HUB_OFFLINE"),
+        "{err}"
+    );
+    // Its vectors are the local directory's own.
+    let direct = dir.path().join("direct.jsonl");
+    let o = pipeline(&[
+        "embed",
+        "--model",
+        path(&local),
+        "--input",
+        path(&input),
+        "--output",
+        path(&direct),
+    ]);
+    assert!(o.status.success());
+    assert_eq!(
+        std::fs::read(&out_local).unwrap(),
+        std::fs::read(&direct).unwrap()
+    );
+    // A recorded default branch whose snapshot is not cached: still the copy.
+    let refs = hf_home.join("hub/models--sentence-transformers--all-MiniLM-L6-v2/refs");
+    std::fs::create_dir_all(&refs).unwrap();
+    std::fs::write(
+        refs.join("main"),
+        "0123456789abcdef0123456789abcdef01234567",
+    )
+    .unwrap();
+    let out = embed(models, &hf_home, &dir.path().join("again.jsonl"));
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("0123456789abcdef0123456789abcdef01234567"),
+        "{err}"
+    );
+    // No copy either: an error naming where it looked, nothing written.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let none = dir.path().join("none.jsonl");
+    let out = embed(&empty, &hf_home, &none);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("no local copy in") && err.contains("SKILLRET_MODELS"),
+        "{err}"
+    );
+    assert!(!none.exists());
+}
+
+#[test]
+fn sweep_reranks_every_first_stage_listed_for_a_reranker() {
+    let (Some(_), Some(model)) = (minilm(), test_cross_encoder()) else {
+        return;
+    };
+    let tiny = fixture("tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let configs = sweep_configs(dir.path());
+    std::fs::remove_file(configs.join("minilm-test-reranker.toml")).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::fs::write(
+        configs.join("rr.toml"),
+        format!(
+            "[data]\ndir = \"tests/fixtures/tiny\"\n[retriever]\nkind = \"bm25\"\n[reranker]\nmodel = \"{}\"\n\
+             max_length = 128\n[sweep]\nfirst_stages = [\"bm25\", \"minilm\"]\n",
+            root.join("models/test-bert-cross-encoder").display()
+        ),
+    )
+    .unwrap();
+    // A reranker listing a first stage that does not exist: reported.
+    std::fs::write(
+        configs.join("rr-missing.toml"),
+        "[data]\n[retriever]\nkind = \"bm25\"\n[reranker]\nmodel = \"m\"\n[sweep]\nfirst_stages = [\"nope\"]\n",
+    )
+    .unwrap();
+    let out = dir.path().join("results");
+    let pattern = format!("{}/*.toml", configs.display());
+    // Two workers ("GPUs" 0 and 1: each job's CUDA_VISIBLE_DEVICES; these
+    // CPU jobs ignore it).
+    let o = pipeline(&[
+        "sweep",
+        "--configs",
+        &pattern,
+        "--rerank-depths",
+        "2",
+        "--devices",
+        "0,1",
+        "--data",
+        path(&tiny),
+        "--out",
+        path(&out),
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("started on GPU 0") && err.contains("started on GPU 1"),
+        "{err}"
+    );
+    assert!(
+        err.contains("rr-missing.toml does not load") && err.contains("\"nope\""),
+        "{err}"
+    );
+    let rows = leaderboard_rows(&out);
+    let rerankers: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["stage"] == "reranker")
+        .map(|r| r["first_stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(rerankers.len(), 2, "{rows:?}");
+    assert!(rerankers.contains(&"bm25"), "{rerankers:?}");
+    assert!(
+        rerankers.iter().any(|f| f.ends_with("all-MiniLM-L6-v2")),
+        "{rerankers:?}"
+    );
+    assert_eq!(
+        rows.iter().filter(|r| r["stage"] == "retriever").count(),
+        2,
+        "{rows:?}"
+    );
+    // The job reranked the first stage's own run: as `pipeline rerank --run`.
+    let again = dir.path().join("again.trec");
+    let o = pipeline(&[
+        "rerank",
+        "--model",
+        path(&model),
+        "--data",
+        path(&tiny),
+        "--run",
+        path(&out.join("runs/minilm/skillret.retriever.json")),
+        "--top-n",
+        "2",
+        "--max-length",
+        "128",
+        "--tag",
+        "reranker",
+        "--output",
+        path(&again),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(&again).unwrap(),
+        std::fs::read_to_string(out.join("runs/minilm+rr@2/run.reranker.trec")).unwrap()
+    );
+    let results: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("runs/minilm+rr@2/results.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        results["first_stage"]["sha256"]
+            .as_str()
+            .is_some_and(|s| s.len() == 64),
+        "{results:#}"
+    );
+}
+
+#[test]
+fn the_official_json_reads_back_through_the_official_reading_code() {
+    // scripts/read_official_json.py: eval.py's reading and scoring code
+    // (pytrec_eval); `.ci/run` installs pytrec_eval-terrier.
+    let has_pytrec = Command::new("python3")
+        .args(["-c", "import pytrec_eval"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let Some(model) = test_cross_encoder().filter(|_| has_pytrec) else {
+        eprintln!("skipped: needs python3 with pytrec_eval and the TEST cross-encoder");
+        return;
+    };
+    let tiny = fixture("tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[data]\ndir = \"tests/fixtures/tiny\"\n[retriever]\nkind = \"bm25\"\n[reranker]\nmodel = \"{}\"\n\
+         top_n = 2\nmax_length = 128\n",
+        model.display()
+    );
+    let out = run_config(dir.path(), &config, &tiny, "a");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/read_official_json.py");
+    for stage in ["retriever", "reranker"] {
+        let file = dir.path().join(format!("a/skillret.{stage}.json"));
+        let o = Command::new("python3")
+            .arg(&script)
+            .arg(&file)
+            .args(["--data", path(&tiny)])
+            .output()
+            .unwrap();
+        let said = text(&o.stdout);
+        assert!(o.status.success(), "{said}{}", text(&o.stderr));
+        // Every metric, @15 of a 2-skill reranked list included, as pytrec_eval.
+        assert!(said.contains("15 metrics; 0 differ"), "{said}");
     }
 }

@@ -16,9 +16,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{path, pipeline, root, text};
-use embedder::remote::{Connection, Endpoint, InputMode, RemoteEmbedder, RemoteOptions};
+use embedder::remote::{InputMode, RemoteEmbedder, RemoteOptions};
 use embedder::{Embedder, EmbedderOptions, Kind, LocalEmbedder};
 use reranker::{Activation, CrossEncoder, RemoteApi, RemoteReranker, Reranker, RerankerOptions};
+use served::{Connection, Endpoint};
 
 const MINILM: (u16, &str) = (8011, "all-MiniLM-L6-v2");
 const CROSS: (u16, &str) = (8021, "test-bert-cross-encoder");
@@ -50,8 +51,8 @@ fn connection(urls: &[String]) -> Connection {
 /// The base URL of the vLLM server serving `name` on `port`, or `None`
 /// with a note (a failure under VLLM_REQUIRED=1).
 fn server((port, name): (u16, &str)) -> Option<String> {
-    let pool = embedder::remote::pool::Pool::new(&connection(&[url(port)]));
-    match embedder::remote::served_models(&pool, 0) {
+    let pool = served::pool::Pool::new(&connection(&[url(port)]));
+    match served::served_models(&pool, 0) {
         Ok(models) if models.iter().any(|m| m.id == name) => Some(url(port)),
         other => {
             let why = match other {

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
 use crate::models::{self, Model, ModelConfig, Pool, Tokens};
 use crate::tokenize::Tokenization;
-use crate::{Backend, Precision};
+use crate::{AttentionKernel, Backend, Precision};
 
 /// How an [`Encoder`] is loaded and run.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +31,9 @@ pub struct EncoderOptions {
     /// The LoRA adapter to merge, for models with per-task adapters
     /// (`adapters/<task>/`; `None`: `retrieval` where there are adapters).
     pub task: Option<String>,
+    /// The candle engine's attention kernel (`None`: the default for the
+    /// backend and precision).
+    pub attention_kernel: Option<AttentionKernel>,
 }
 
 impl Default for EncoderOptions {
@@ -41,6 +44,7 @@ impl Default for EncoderOptions {
             backend: Backend::Native,
             precision: Precision::F32,
             task: None,
+            attention_kernel: None,
         }
     }
 }
@@ -93,6 +97,7 @@ impl Encoder {
             &files,
             options.backend,
             options.precision,
+            options.attention_kernel,
             options.task.as_deref(),
         )?;
         Ok(Self {
@@ -248,6 +253,7 @@ impl Encoder {
             done += batch.len();
             progress(done);
         }
+        models::profile::report();
         Ok(data)
     }
 }

@@ -125,3 +125,22 @@ pub(crate) fn read_file(path: &Path, what: &'static str) -> Result<Vec<u8>> {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<served::Error> for Error {
+    /// The same message under the embedder's variant of the same name.
+    fn from(e: served::Error) -> Self {
+        match e {
+            served::Error::Invalid(m) => Self::Invalid(m),
+            served::Error::NotServed {
+                name,
+                endpoint,
+                serves,
+            } => Self::NotServed {
+                name,
+                endpoint,
+                serves,
+            },
+            other => Self::Served(other.to_string()),
+        }
+    }
+}

@@ -60,13 +60,74 @@ pub fn tokenizer_dir(model_id: &str, revision: &str, options: &HubOptions) -> Re
     snapshot(model_id, revision, options, false)
 }
 
+fn is_commit(revision: &str) -> bool {
+    revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The commit `model_id`'s default branch names, for a model configured
+/// without a pinned revision: asked of the Hub once and recorded in the
+/// cache as the Hub's own clients record it (`refs/main`), so that later
+/// runs, offline ones included, load the same commit until the ref is
+/// removed. Offline without that record it is an error saying what to do.
+pub fn resolve_default_branch(model_id: &str, options: &HubOptions) -> Result<String> {
+    let repo = Repo::model(model_id.to_owned());
+    let ref_path = options
+        .cache_dir
+        .join(repo.folder_name())
+        .join("refs")
+        .join(repo.revision());
+    if let Ok(text) = std::fs::read_to_string(&ref_path) {
+        let commit = text.trim();
+        if is_commit(commit) {
+            return Ok(commit.to_owned());
+        }
+    }
+    if options.offline {
+        return Err(Error::Hub(format!(
+            "{model_id} has no pinned revision and the Hub cache {} has not recorded its default branch, and HF_HUB_OFFLINE is set: pin revision = \"<40-hex commit>\" (--revision on the command line) or use a local copy",
+            options.cache_dir.display()
+        )));
+    }
+    let mut builder =
+        hf_hub::api::sync::ApiBuilder::from_cache(Cache::new(options.cache_dir.clone()));
+    if let Some(endpoint) = &options.endpoint {
+        builder = builder.with_endpoint(endpoint.clone());
+    }
+    let info = builder
+        .build()
+        .map_err(|e| Error::Hub(e.to_string()))?
+        .repo(repo.clone())
+        .info()
+        .map_err(|e| {
+            Error::Hub(format!(
+                "could not resolve the default branch of {model_id} to a commit: {e}; pin revision = \"<40-hex commit>\" (--revision on the command line) or use a local copy"
+            ))
+        })?;
+    if !is_commit(&info.sha) {
+        return Err(Error::Hub(format!(
+            "the Hub answered {:?} for the commit of {model_id}'s default branch",
+            info.sha
+        )));
+    }
+    Cache::new(options.cache_dir.clone())
+        .repo(repo)
+        .create_ref(&info.sha)
+        .map_err(|e| {
+            Error::Hub(format!(
+                "recording {model_id}'s commit in {}: {e}",
+                ref_path.display()
+            ))
+        })?;
+    Ok(info.sha)
+}
+
 fn snapshot(
     model_id: &str,
     revision: &str,
     options: &HubOptions,
     weights: bool,
 ) -> Result<PathBuf> {
-    if revision.len() != 40 || !revision.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !is_commit(revision) {
         return Err(Error::Hub(format!(
             "revision {revision:?} of {model_id} is not a 40-hex-digit commit hash: pin the exact commit so results are reproducible"
         )));
@@ -185,5 +246,25 @@ mod tests {
         // skipped and the cached snapshot is returned.
         let dir = model_dir("intfloat/e5-small-v2", REV, &options(cache.path(), false)).unwrap();
         assert_eq!(dir, snapshot);
+    }
+
+    #[test]
+    fn the_default_branch_resolves_from_the_cache_record_and_offline_says_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let offline = options(dir.path(), true);
+        let err = resolve_default_branch("org/model", &offline).unwrap_err();
+        assert!(err.to_string().contains("pin revision"), "{err}");
+        let refs = dir.path().join("models--org--model").join("refs");
+        std::fs::create_dir_all(&refs).unwrap();
+        std::fs::write(refs.join("main"), "not a commit").unwrap();
+        assert!(resolve_default_branch("org/model", &offline).is_err());
+        std::fs::write(refs.join("main"), REV).unwrap();
+        assert_eq!(resolve_default_branch("org/model", &offline).unwrap(), REV);
+        // Unreachable (no such endpoint) with no record: an error, not a hang.
+        let other = tempfile::tempdir().unwrap();
+        let mut unreachable = options(other.path(), false);
+        unreachable.endpoint = Some("http://127.0.0.1:9".to_owned());
+        let err = resolve_default_branch("org/model", &unreachable).unwrap_err();
+        assert!(err.to_string().contains("could not resolve"), "{err}");
     }
 }

@@ -103,6 +103,78 @@ pub enum Precision {
     Int8,
 }
 
+/// Whether the flash kernel's parity has been shown on a GPU by
+/// `scripts/bench_gpu.py` (README, "GPU"): only then is it the default.
+/// Shown on an NVIDIA H200 (sm_90) on 2026-12-04: bf16 worst cosine to
+/// sentence-transformers bf16 0.99971–0.99981 (Qwen3-0.6B shape, 512 to
+/// 32,768 tokens), 0.99975 (gemma-3-270m, sliding windows), 0.99996
+/// (MiniLM), 0.99962 (bge-large), 0.99976 (Qwen3-8B shape).
+const FLASH_CHECKED: bool = true;
+
+/// The attention kernel of the candle engine (`--backend candle` or `cuda`).
+///
+/// `None` where an option takes one: [`AttentionKernel::default_for`]'s choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum AttentionKernel {
+    /// Scores materialised (queries in chunks that bound their memory),
+    /// masked on the device, softmax, values: any dtype on any device; the
+    /// f32 parity path.
+    Exact,
+    /// candle-flash-attn's fused varlen kernels: bf16 on CUDA, in a build
+    /// with the `flash-attn` feature (`scripts/build-cuda.sh`).
+    Flash,
+}
+
+impl AttentionKernel {
+    /// Every kernel's name, as `FromStr` takes them.
+    pub const NAMES: [&'static str; 2] = ["exact", "flash"];
+
+    /// The kernel that runs where none is asked for: flash for bf16 on CUDA
+    /// in a build that has it, once `scripts/bench_gpu.py` has shown its
+    /// parity on a GPU ([`FLASH_CHECKED`]); exact everywhere else.
+    pub fn default_for(backend: Backend, precision: Precision) -> Self {
+        if FLASH_CHECKED
+            && cfg!(feature = "flash-attn")
+            && backend == Backend::Cuda
+            && precision == Precision::Bf16
+        {
+            Self::Flash
+        } else {
+            Self::Exact
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Exact => "exact",
+            Self::Flash => "flash",
+        }
+    }
+}
+
+impl std::fmt::Display for AttentionKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for AttentionKernel {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "exact" => Ok(Self::Exact),
+            "flash" => Ok(Self::Flash),
+            other => Err(format!(
+                "{other:?} is not an attention kernel (one of: {})",
+                Self::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
 impl Precision {
     /// The arithmetic the native engine runs for this precision on this CPU:
     /// itself where the CPU has the instructions, else f32. Caches key
@@ -161,6 +233,9 @@ pub struct EmbedderOptions {
     /// How NV-Embed's decoder attends (`None`: as the official evaluation
     /// runs it); other models refuse it.
     pub attention: Option<Attention>,
+    /// The candle engine's attention kernel (`None`:
+    /// [`AttentionKernel::default_for`] the backend and precision).
+    pub attention_kernel: Option<AttentionKernel>,
 }
 
 impl Default for EmbedderOptions {
@@ -178,6 +253,7 @@ impl Default for EmbedderOptions {
             precision: Precision::F32,
             task: None,
             attention: None,
+            attention_kernel: None,
         }
     }
 }
@@ -248,6 +324,11 @@ impl EmbedderOptions {
     /// Sets how NV-Embed's decoder attends.
     pub fn with_attention(mut self, attention: Attention) -> Self {
         self.attention = Some(attention);
+        self
+    }
+    /// Sets the candle engine's attention kernel.
+    pub fn with_attention_kernel(mut self, kernel: AttentionKernel) -> Self {
+        self.attention_kernel = Some(kernel);
         self
     }
 
@@ -415,6 +496,7 @@ impl LocalEmbedder {
             backend: options.backend,
             precision: options.precision,
             task: options.task.clone(),
+            attention_kernel: options.attention_kernel,
         };
         // sentence-transformers' limit: max_seq_length (before 6.x), else the
         // tokenizer's model_max_length (capped at the positions by the encoder).

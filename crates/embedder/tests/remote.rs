@@ -11,10 +11,11 @@ mod fake_server;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use embedder::remote::{ApiKey, Connection, Endpoint, InputMode, RemoteEmbedder, RemoteOptions};
+use embedder::remote::{InputMode, RemoteEmbedder, RemoteOptions};
 use embedder::{Embedder, EmbedderOptions, Error, Kind};
 use fake_server::{Behaviour, FakeServer, Fault, vector};
 use serde_json::json;
+use served::{ApiKey, Connection, Endpoint};
 
 fn connection(
     urls: &[String],

@@ -48,6 +48,10 @@ pub struct Skill {
     pub description: String,
     /// The whole SKILL.md (empty when absent).
     pub skill_md: String,
+    /// The dataset card's category (`major`), where the record carries it.
+    pub major: Option<String>,
+    /// Its subcategory (`sub`), where the record carries it.
+    pub sub: Option<String>,
 }
 
 impl Skill {
@@ -170,6 +174,44 @@ impl Dataset {
     }
 }
 
+impl Dataset {
+    /// Keeps only the skills a filter file names (the official
+    /// `skill_ids_filter`: a corpus subset), in file order; queries and
+    /// judgements stay whole, as the official evaluation keeps them. The
+    /// file holds one skill id a line (blank lines and lines starting with
+    /// `#` skipped). An id the library lacks, or one named twice, is an
+    /// error naming the file and line; so is a filter that keeps nothing.
+    pub fn keep_skills(&mut self, filter: &Path) -> Result<usize> {
+        let text = std::fs::read_to_string(filter).map_err(|e| Error::io(filter, e))?;
+        let known: HashSet<&str> = self.skills.iter().map(|s| s.id.as_str()).collect();
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for (i, line) in text.lines().enumerate() {
+            let id = line.trim();
+            if id.is_empty() || id.starts_with('#') {
+                continue;
+            }
+            let here = Location::line(filter, i + 1);
+            check_new_id(&mut seen, id, &here, "skill")?;
+            if !known.contains(id) {
+                return Err(Error::input(
+                    here,
+                    Some("id"),
+                    format!("skill id {id:?} is not in the skill library"),
+                ));
+            }
+        }
+        if seen.is_empty() {
+            return Err(Error::input(
+                Location::file(filter),
+                None,
+                "names no skill id (one id a line)",
+            ));
+        }
+        self.skills.retain(|s| seen.contains_key(&s.id));
+        Ok(self.skills.len())
+    }
+}
+
 /// `name` of the `dataset.json` beside `skills/`, if there is one.
 fn dataset_name(files: &SplitFiles) -> Result<Option<String>> {
     let Some(dir) = files.skills.parent().and_then(Path::parent) else {
@@ -226,6 +268,10 @@ struct RawSkill {
     description: Option<String>,
     #[serde(default)]
     skill_md: Option<String>,
+    #[serde(default)]
+    major: Option<String>,
+    #[serde(default)]
+    sub: Option<String>,
 }
 
 /// Reads a skills file alone (`skills/<split>.jsonl`), as [`Dataset`] does;
@@ -250,6 +296,8 @@ pub fn read_skills(path: &Path, warnings: &mut Vec<Diagnostic>) -> Result<Vec<Sk
             name: raw.name.unwrap_or_default(),
             description: raw.description.unwrap_or_default(),
             skill_md: raw.skill_md.unwrap_or_default(),
+            major: raw.major.filter(|m| !py_strip(m).is_empty()),
+            sub: raw.sub.filter(|m| !py_strip(m).is_empty()),
         });
         Ok(())
     })?;

@@ -30,6 +30,7 @@ pub mod hub;
 pub mod io;
 mod jsonl;
 pub mod metrics;
+pub mod official;
 mod qrels;
 mod run;
 pub mod stats;

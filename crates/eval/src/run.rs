@@ -49,6 +49,41 @@ pub fn sort_trec(docs: &mut [ScoredDoc]) {
     docs.sort_unstable_by(trec_order);
 }
 
+/// One query's `{skill id: score}` object in the file's order: the order
+/// in which the official `eval_rerank` meets equal scores at its cut.
+struct InOrder(Vec<(String, f64)>);
+
+impl<'de> Deserialize<'de> for InOrder {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = InOrder;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object of skill id → score")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<InOrder, A::Error> {
+                let mut docs: Vec<(String, f64)> = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                let mut seen = std::collections::HashSet::new();
+                while let Some((id, score)) = map.next_entry::<String, f64>()? {
+                    if !seen.insert(id.clone()) {
+                        return Err(serde::de::Error::custom(format!(
+                            "skill {id:?} listed twice for one query"
+                        )));
+                    }
+                    docs.push((id, score));
+                }
+                Ok(InOrder(docs))
+            }
+        }
+        deserializer.deserialize_map(Visitor)
+    }
+}
+
 /// A run: the documents retrieved for each query, in any order (scoring
 /// ranks them by [`trec_order`]; the rank column of a TREC file is ignored, as
 /// trec_eval ignores it). A document appears at most once per query.
@@ -161,7 +196,7 @@ impl Run {
     pub fn read_skillret_json(path: &Path, split: &str) -> Result<Self> {
         #[derive(Deserialize)]
         struct Output {
-            retrieval: HashMap<String, HashMap<String, HashMap<String, f64>>>,
+            retrieval: HashMap<String, HashMap<String, InOrder>>,
         }
         let text = std::fs::read_to_string(path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::InvalidData {
@@ -203,7 +238,7 @@ impl Run {
             ));
         };
         let mut run = Self::default();
-        for (query, docs) in results {
+        for (query, InOrder(docs)) in results {
             let docs = docs
                 .into_iter()
                 .map(|(id, score)| ScoredDoc::new(id, score))

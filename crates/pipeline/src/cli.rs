@@ -26,6 +26,10 @@ pub enum Command {
     /// report what each stage contributes.
     #[command(long_about = RUN_ABOUT)]
     Run(RunArgs),
+    /// Run every configuration of a registry (rerankers at every depth) and
+    /// rank them in one leaderboard.
+    #[command(long_about = SWEEP_ABOUT)]
+    Sweep(SweepArgs),
     /// One table of the main metrics of finished runs (for swapping models).
     #[command(long_about = COMPARE_ABOUT)]
     Compare(CompareArgs),
@@ -112,6 +116,94 @@ pub struct RunArgs {
     /// the reranker (overrides their `precision` keys): f32, bf16 or int8.
     #[arg(long, value_enum)]
     pub precision: Option<PrecisionArg>,
+
+    /// The candle engine's attention kernel for the embedder and the
+    /// reranker (overrides their `attention_kernel` keys): exact or flash
+    /// (as for `pipeline embed`).
+    #[arg(long, value_name = "KERNEL")]
+    pub attention_kernel: Option<embedder::AttentionKernel>,
+
+    /// Rerank each query's top N (overrides [reranker] top_n; the
+    /// retriever's top_n is raised to N where lower).
+    #[arg(long, value_name = "N")]
+    pub rerank_depth: Option<usize>,
+
+    /// Retrieve each query's top N (overrides [retriever] top_n).
+    #[arg(long, value_name = "N")]
+    pub top_n: Option<usize>,
+
+    /// Rerank this first-stage run instead of retrieving (TREC, or the
+    /// official output JSON such as another run's skillret.retriever.json,
+    /// as the official eval_rerank reads its first stage): the
+    /// configuration's [reranker] rescores it; its [embedder] and
+    /// [retriever] are not used.
+    #[arg(long, value_name = "FILE")]
+    pub first_stage: Option<PathBuf>,
+}
+
+const SWEEP_ABOUT: &str = "\
+Run every configuration of a registry, as the official scripts/run_eval_embedding.sh and \
+run_eval_rerank.sh do, and rank them in one leaderboard.
+
+Each configuration is one job (`pipeline run` in a child process); one with a [reranker] is a \
+job per depth of --rerank-depths (default: its top_n), each reusing the first stage's cached \
+vectors, or, where it has `[sweep] first_stages = [\"name\", …]` (configurations beside it), a \
+job per listed first stage and depth that reranks that first stage's own \
+skillret.retriever.json (`pipeline run --first-stage`), as the official run_eval_rerank.sh \
+reranks its embedders' results; first stages run once, before their rerankers. Jobs run one after another on the CPU, or one worker per GPU with --devices (each \
+job's CUDA_VISIBLE_DEVICES set to its worker's device). A job writes OUT/runs/<job>.partial and \
+becomes OUT/runs/<job> (every output of `pipeline run`, results.json with provenance, job.json \
+with its key) only once complete: run the same sweep again after a crash or a kill and every \
+finished job with the same key (configuration text, options, data revision, tool version) is \
+skipped, the rest redone. A configuration that does not load, or a job that fails, is reported \
+and skipped; the others finish, the leaderboard lists the failures, and the exit status is 1. Each job's results.json is also filed as \
+OUT/<model>/<revision>/SkillRet-<dataset revision>-<split>.json (MTEB's layout; a reranker's as \
+<model>+<reranker>@<depth>).
+
+Outputs: leaderboard.md, leaderboard.csv and leaderboard.json (model, revision, stage, depth, \
+NDCG/Recall/Completeness@5/10/15, MRR, the reranker's Δ NDCG@10 with its paired randomization \
+p-value, tokens/s, wall time, device), sorted by NDCG@10, and leaderboard.svg (NDCG@10 per first \
+stage, each reranker's gain or loss drawn on top).
+
+Examples:
+  pipeline sweep --configs 'configs/*.toml' --filter '^(bm25|minilm|e5|hybrid)$' \\
+      --data ../shared/skillret-sample --out results/
+  pipeline sweep --configs 'configs/qwen3-*.toml' --rerank-depths 10,20,50 --devices 0,1 \\
+      --data ../shared/skillret-sample --out results/";
+
+/// `pipeline sweep`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// The configurations: a glob pattern, quoted (e.g. 'configs/*.toml').
+    #[arg(long, value_name = "GLOB")]
+    pub configs: String,
+
+    /// Keep only configurations whose file name (without .toml) matches
+    /// this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    pub filter: Option<String>,
+
+    /// Rerank at each of these depths (comma-separated), every
+    /// configuration with a [reranker] [default: its top_n].
+    #[arg(long, value_name = "N,N,…", value_delimiter = ',')]
+    pub rerank_depths: Vec<usize>,
+
+    /// GPUs to spread jobs over, one worker each (comma-separated ids)
+    /// [default: one job after another on this machine].
+    #[arg(long, value_name = "ID,ID,…", value_delimiter = ',')]
+    pub devices: Vec<usize>,
+
+    /// SkillRet data directory for every job (overrides each [data]).
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
+
+    /// Where the jobs, results and leaderboard go.
+    #[arg(long, value_name = "DIR", default_value = "results")]
+    pub out: PathBuf,
+
+    /// Score only the first N queries (by id) in every job.
+    #[arg(long, value_name = "N")]
+    pub limit_queries: Option<usize>,
 }
 
 const TRAIN_ABOUT: &str = "\
@@ -313,6 +405,15 @@ pub struct EmbedArgs {
     /// and this CPU's peaks.
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     pub precision: PrecisionArg,
+
+    /// The candle engine's attention kernel: exact (scores materialised,
+    /// masked on the device: any dtype, the f32 parity path) or flash
+    /// (candle-flash-attn's fused varlen kernels: bf16 on CUDA, in a build
+    /// with the flash-attn feature) [default: flash for bf16 on CUDA where
+    /// the build has it and its GPU parity is checked, else exact]; a
+    /// kernel that cannot run is refused, naming why.
+    #[arg(long, value_name = "KERNEL")]
+    pub attention_kernel: Option<embedder::AttentionKernel>,
 }
 
 const RERANK_ABOUT: &str = "\
@@ -374,9 +475,16 @@ pub struct RerankArgs {
     #[arg(long, value_name = "FILE")]
     pub run: PathBuf,
 
-    /// How many of each query's best first-stage documents to rescore.
+    /// How many of each query's best first-stage documents to rescore
+    /// (equal scores at the cut are taken in the run file's order, as the
+    /// official eval_rerank takes them). The output holds these only.
     #[arg(long, default_value_t = 20, value_name = "N")]
     pub top_n: usize,
+
+    /// Oracle reranking: every gold skill of a query (from the data's
+    /// judgements) joins its pool, as the official eval_rerank(oracle=True).
+    #[arg(long)]
+    pub oracle: bool,
 
     /// The reranked TREC run to write (atomically).
     #[arg(long, value_name = "FILE")]
@@ -412,6 +520,10 @@ pub struct RerankArgs {
     /// Arithmetic of the native engine's linear layers (as for `pipeline embed`).
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     pub precision: PrecisionArg,
+
+    /// The candle engine's attention kernel (as for `pipeline embed`).
+    #[arg(long, value_name = "KERNEL")]
+    pub attention_kernel: Option<embedder::AttentionKernel>,
 }
 
 /// How the instruction set of the native kernels is chosen (every

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use embedder::remote::InputMode;
-use embedder::{Backend, Pooling, Precision};
+use embedder::{AttentionKernel, Backend, Pooling, Precision};
 use index::{HnswParams, MilvusParams};
 use reranker::{RemoteApi, RerankerKind};
 use serde::{Deserialize, Serialize};
@@ -25,6 +25,18 @@ struct Raw {
     eval: RawEval,
     #[serde(default)]
     output: RawOutput,
+    #[serde(default)]
+    sweep: RawSweep,
+}
+
+/// What `pipeline sweep` reads and `pipeline run` ignores.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSweep {
+    /// Configurations (names beside this file, without `.toml`) whose
+    /// first stages this configuration's reranker reranks in a sweep.
+    #[serde(default)]
+    first_stages: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -36,6 +48,9 @@ struct RawData {
     hub_revision: Option<String>,
     #[serde(default = "default_split")]
     split: String,
+    /// A corpus subset: a file of skill ids, one a line (the official
+    /// `skill_ids_filter`).
+    skill_ids_filter: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -65,6 +80,8 @@ struct RawEmbedder {
     max_length: Option<usize>,
     batch_tokens: Option<usize>,
     precision: Option<Precision>,
+    /// exact | flash: the candle engine's attention kernel.
+    attention_kernel: Option<AttentionKernel>,
     // A served model's keys (see RawServed).
     served_model: Option<toml::Spanned<String>>,
     endpoints: Option<toml::Spanned<Vec<toml::Spanned<String>>>>,
@@ -170,6 +187,8 @@ struct RawReranker {
     max_length: Option<usize>,
     batch_tokens: Option<usize>,
     precision: Option<Precision>,
+    /// exact | flash: the candle engine's attention kernel.
+    attention_kernel: Option<AttentionKernel>,
     #[serde(default)]
     sigmoid: bool,
     /// The instruction of a yes/no (decoder) reranker.
@@ -179,6 +198,9 @@ struct RawReranker {
     combine: Combine,
     /// The reranker's share with combine = "interpolate".
     weight: Option<f64>,
+    /// Oracle reranking: the gold skills join each query's pool.
+    #[serde(default)]
+    oracle: bool,
     // A served reranker's keys (see RawServed).
     served_model: Option<toml::Spanned<String>>,
     endpoints: Option<toml::Spanned<Vec<toml::Spanned<String>>>>,
@@ -380,6 +402,9 @@ pub struct EmbedderSettings {
     pub precision: Precision,
     /// Engine (local models).
     pub backend: Backend,
+    /// The candle engine's attention kernel (default: the backend's and
+    /// precision's).
+    pub attention_kernel: Option<AttentionKernel>,
     /// The served model (backend = "openai").
     pub served: Option<ServedSettings>,
     /// Matryoshka width asked of a served model.
@@ -435,6 +460,9 @@ pub struct RerankerSettings {
     pub precision: Precision,
     /// Engine (local models).
     pub backend: Backend,
+    /// The candle engine's attention kernel (default: the backend's and
+    /// precision's).
+    pub attention_kernel: Option<AttentionKernel>,
     /// Sigmoid of one-label logits.
     pub sigmoid: bool,
     /// Instruction of a yes/no reranker (default: the official SkillRet one).
@@ -443,6 +471,9 @@ pub struct RerankerSettings {
     pub combine: Combine,
     /// The reranker's share when interpolating.
     pub weight: f64,
+    /// Oracle reranking (`eval_rerank(oracle=True)`): every gold skill
+    /// joins its query's pool.
+    pub oracle: bool,
     /// The served reranker (backend = "rerank-api").
     pub served: Option<ServedSettings>,
     /// Its request shape.
@@ -474,6 +505,8 @@ pub struct Settings {
     pub data: DataSource,
     /// Split.
     pub split: String,
+    /// The corpus subset (`[data] skill_ids_filter`), if any.
+    pub skill_ids_filter: Option<PathBuf>,
     /// Bi-encoder (dense and hybrid).
     pub embedder: Option<EmbedderSettings>,
     /// First stage.
@@ -488,6 +521,12 @@ pub struct Settings {
     pub cache: PathBuf,
     /// Evaluate only the first n queries (by id).
     pub limit_queries: Option<usize>,
+    /// A first-stage run file to rerank instead of retrieving
+    /// (`--first-stage`).
+    pub first_stage: Option<PathBuf>,
+    /// `[sweep] first_stages`: configurations whose first stages this
+    /// reranker reranks in a sweep, as files beside this one.
+    pub sweep_first_stages: Vec<PathBuf>,
 }
 
 /// Command-line overrides.
@@ -501,6 +540,15 @@ pub struct Overrides {
     pub limit_queries: Option<usize>,
     /// `--precision`: the embedder's and the reranker's.
     pub precision: Option<Precision>,
+    /// `--attention-kernel`: the embedder's and the reranker's.
+    pub attention_kernel: Option<AttentionKernel>,
+    /// `--rerank-depth`: the reranker's top_n (the retriever's raised to it
+    /// where lower).
+    pub rerank_depth: Option<usize>,
+    /// `--top-n`: the retriever's top_n.
+    pub top_n: Option<usize>,
+    /// `--first-stage`: a run to rerank instead of retrieving.
+    pub first_stage: Option<PathBuf>,
 }
 
 impl Settings {
@@ -619,7 +667,45 @@ fn resolve(raw: Raw, source: &Source<'_>, overrides: &Overrides) -> Result<Setti
         raw.data.dir,
         raw.data.hub_revision,
     )?;
-    let r = raw.retriever;
+    let mut r = raw.retriever;
+    if let Some(n) = overrides.top_n {
+        if n == 0 {
+            bail!("--top-n must be at least 1");
+        }
+        r.top_n = n;
+    }
+    let mut raw_reranker = raw.reranker;
+    if overrides.first_stage.is_some() && raw_reranker.is_none() {
+        bail!("{file}: --first-stage needs a [reranker] section (it reranks the given run)");
+    }
+    let here = path.parent().unwrap_or_else(|| Path::new("."));
+    if !raw.sweep.first_stages.is_empty() && raw_reranker.is_none() {
+        bail!("{file}: [sweep] first_stages needs a [reranker] section");
+    }
+    let sweep_first_stages: Vec<PathBuf> = raw
+        .sweep
+        .first_stages
+        .iter()
+        .map(|name| here.join(format!("{name}.toml")))
+        .collect();
+    for (name, p) in raw.sweep.first_stages.iter().zip(&sweep_first_stages) {
+        if !p.is_file() {
+            bail!(
+                "{file}: [sweep] first_stages names {name:?}, but {} does not exist",
+                p.display()
+            );
+        }
+    }
+    if let Some(depth) = overrides.rerank_depth {
+        if depth == 0 {
+            bail!("--rerank-depth must be at least 1");
+        }
+        let Some(x) = raw_reranker.as_mut() else {
+            bail!("{file}: --rerank-depth needs a [reranker] section");
+        };
+        x.top_n = depth;
+        r.top_n = r.top_n.max(depth);
+    }
     if r.top_n == 0 {
         bail!("{file}: [retriever] top_n must be at least 1");
     }
@@ -671,7 +757,7 @@ fn resolve(raw: Raw, source: &Source<'_>, overrides: &Overrides) -> Result<Setti
             Some(resolve_embedder(e, source, overrides)?)
         }
     };
-    let reranker = match raw.reranker {
+    let reranker = match raw_reranker {
         None => None,
         Some(x) => {
             if x.top_n > r.top_n {
@@ -700,6 +786,7 @@ fn resolve(raw: Raw, source: &Source<'_>, overrides: &Overrides) -> Result<Setti
         path: path.to_path_buf(),
         data,
         split: raw.data.split,
+        skill_ids_filter: raw.data.skill_ids_filter,
         embedder,
         retriever: RetrieverSettings {
             kind: r.kind,
@@ -722,6 +809,8 @@ fn resolve(raw: Raw, source: &Source<'_>, overrides: &Overrides) -> Result<Setti
             .cache
             .unwrap_or_else(|| PathBuf::from(".cache/skillret")),
         limit_queries: overrides.limit_queries,
+        first_stage: overrides.first_stage.clone(),
+        sweep_first_stages,
     })
 }
 
@@ -777,6 +866,11 @@ fn resolve_embedder(
                 e.precision.is_some(),
                 "precision",
                 "the server's arithmetic is its own (vLLM: --dtype)",
+            ),
+            (
+                e.attention_kernel.is_some(),
+                "attention_kernel",
+                "the server's attention is its own",
             ),
             (
                 e.batch_tokens.is_some(),
@@ -850,6 +944,10 @@ fn resolve_embedder(
             EmbedderBackend::Cuda => Backend::Cuda,
             EmbedderBackend::Native | EmbedderBackend::Openai => Backend::Native,
         },
+        attention_kernel: match backend {
+            EmbedderBackend::Openai => None,
+            _ => overrides.attention_kernel.or(e.attention_kernel),
+        },
         served,
         dimensions: e.dimensions,
         input: e.input,
@@ -907,6 +1005,11 @@ fn resolve_reranker(
                 "the server's arithmetic is its own (vLLM: --dtype)",
             ),
             (
+                x.attention_kernel.is_some(),
+                "attention_kernel",
+                "the server's attention is its own",
+            ),
+            (
                 x.batch_tokens.is_some(),
                 "batch_tokens",
                 "use batch_size, the documents per request",
@@ -957,6 +1060,7 @@ fn resolve_reranker(
     Ok(RerankerSettings {
         model,
         combine: x.combine,
+        oracle: x.oracle,
         weight,
         top_n: x.top_n,
         max_length: x.max_length,
@@ -970,6 +1074,11 @@ fn resolve_reranker(
             RerankerBackend::Candle => Backend::Candle,
             RerankerBackend::Cuda => Backend::Cuda,
             RerankerBackend::Native | RerankerBackend::RerankApi => Backend::Native,
+        },
+        attention_kernel: if remote {
+            None
+        } else {
+            overrides.attention_kernel.or(x.attention_kernel)
         },
         sigmoid: x.sigmoid,
         instruction: x.instruction,
@@ -1021,7 +1130,7 @@ fn resolve_served(
     let mut urls = Vec::new();
     for (i, e) in list.iter().enumerate() {
         let at = source.place(e.span().start);
-        let parsed = embedder::remote::Endpoint::parse(e.get_ref())
+        let parsed = served::Endpoint::parse(e.get_ref())
             .map_err(|why| anyhow::anyhow!("{at}: [{name}] endpoints[{i}]: {why}"))?;
         if urls.contains(&parsed.to_string()) {
             bail!("{at}: [{name}] endpoints[{i}]: {parsed} is listed twice");
@@ -1192,12 +1301,29 @@ mod tests {
                 "{name}"
             );
             assert_eq!(r.max_length, instructed.then_some(32768), "{name}");
-            // The paper's first stage for its reranking table.
+            // The first stage the current official README (v1.1) reranks;
+            // the paper's v1.0 table's, 0.6B, as a named variant.
             let e = settings.embedder.as_ref().unwrap();
             assert_eq!(
                 e.model.as_ref().unwrap().model,
-                "ThakiCloud/SKILLRET-Embedding-0.6B"
+                "ThakiCloud/SKILLRET-Embedding-8B"
             );
+            // A sweep reranks the seven first stages run_eval_rerank.sh reranks.
+            assert_eq!(settings.sweep_first_stages.len(), 7, "{name}");
+            let variant = dir.join(format!("skillret-embedding-0.6b+{name}.toml"));
+            let v = Settings::load(&variant, &Overrides::default()).unwrap();
+            let ve = v.embedder.as_ref().unwrap().model.as_ref().unwrap();
+            assert_eq!(ve.model, "ThakiCloud/SKILLRET-Embedding-0.6B", "{name}");
+            assert!(ve.revision.is_some(), "{name}");
+            assert_eq!(v.reranker.as_ref().unwrap().model, r.model, "{name}");
+        }
+        // Every registry entry names its Hub id, none a local directory.
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if text.contains("hf download") {
+                assert!(!text.contains("model = \"models/"), "{}", path.display());
+            }
         }
         assert_eq!(
             embedders.len() + 6,
@@ -1259,6 +1385,48 @@ mod tests {
             err.contains("official") && err.contains("bidirectional"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_attention_kernel_is_read_overridden_and_a_wrong_one_named_with_its_line() {
+        let with = |kernel: &str| {
+            DENSE.replace(
+                "model = \"m\"\n",
+                &format!("model = \"m\"\nbackend = \"cuda\"\nattention_kernel = \"{kernel}\"\n"),
+            )
+        };
+        let s = parse(&with("flash")).unwrap();
+        assert_eq!(
+            s.embedder.unwrap().attention_kernel,
+            Some(AttentionKernel::Flash)
+        );
+        assert_eq!(
+            parse(DENSE).unwrap().embedder.unwrap().attention_kernel,
+            None
+        );
+        let err = parse(&with("fused")).unwrap_err().to_string();
+        assert!(err.contains("c.toml:6"), "{err}");
+        assert!(err.contains("exact") && err.contains("flash"), "{err}");
+        // --attention-kernel overrides the key.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, with("flash")).unwrap();
+        let overrides = Overrides {
+            attention_kernel: Some(AttentionKernel::Exact),
+            ..Overrides::default()
+        };
+        let s = Settings::load(&path, &overrides).unwrap();
+        assert_eq!(
+            s.embedder.unwrap().attention_kernel,
+            Some(AttentionKernel::Exact)
+        );
+        // A served model's attention is the server's.
+        let served = DENSE.replace(
+            "model = \"m\"\n",
+            "backend = \"openai\"\nserved_model = \"m\"\nendpoints = [\"http://127.0.0.1:1\"]\nattention_kernel = \"flash\"\n",
+        );
+        let err = parse(&served).unwrap_err().to_string();
+        assert!(err.contains("attention_kernel does not apply"), "{err}");
     }
 
     #[test]

@@ -2,12 +2,14 @@
 //! over the library crates.
 #![warn(missing_docs)]
 
+mod breakdown;
 mod cache;
 pub mod cli;
 mod commands;
 pub mod config;
 mod plot;
 mod progress;
+mod provenance;
 mod report;
 mod stages;
 pub mod train_config;
@@ -16,6 +18,7 @@ pub mod train_config;
 pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
     match cli.command {
         cli::Command::Run(args) => commands::run::run(&args),
+        cli::Command::Sweep(args) => commands::sweep::run(&args),
         cli::Command::Compare(args) => commands::compare::run(&args),
         cli::Command::Eval(args) => commands::eval::run(&args),
         cli::Command::Embed(args) => commands::embed::run(&args),

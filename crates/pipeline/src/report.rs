@@ -53,6 +53,8 @@ pub(crate) struct StageTiming {
     pub(crate) detail: String,
     /// Further lines (a served model's figures per endpoint).
     pub(crate) notes: Vec<String>,
+    /// Tokens the stage embedded, where it embedded any.
+    pub(crate) tokens: Option<usize>,
 }
 
 impl StageTiming {
@@ -62,13 +64,73 @@ impl StageTiming {
             seconds: started.elapsed().as_secs_f64(),
             detail,
             notes: Vec::new(),
+            tokens: None,
         }
     }
 }
 
-/// What the terminal shows.
+/// What the terminal shows, and what the results file records.
 pub(crate) struct Written {
     pub(crate) table: String,
+    /// `metrics.json`'s content: per stage, every metric.
+    pub(crate) metrics: Map<String, Value>,
+    /// The breakdowns (see [`crate::breakdown`]).
+    pub(crate) breakdowns: Value,
+    /// What each stage changes on the one it builds on (NDCG@10, per query).
+    pub(crate) changes: Vec<Change>,
+}
+
+/// What a stage changes on the stage it builds on, per query (NDCG@10).
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Change {
+    pub(crate) stage: String,
+    pub(crate) against: String,
+    pub(crate) metric: String,
+    pub(crate) delta: f64,
+    pub(crate) wins: usize,
+    pub(crate) ties: usize,
+    pub(crate) losses: usize,
+    pub(crate) queries: usize,
+    /// Paired randomization test of the mean difference, two-sided.
+    pub(crate) p: f64,
+}
+
+/// Every stage's change on the one it builds on.
+fn changes(stages: &[Stage], evals: &[Evaluation]) -> Vec<Change> {
+    let m = Metric::Ndcg(10);
+    let mut out = Vec::new();
+    for (to, stage) in stages.iter().enumerate() {
+        let Some(from) = stage.after else { continue };
+        let (Some(a), Some(b)) = (
+            per_query_values(&evals[from], m),
+            per_query_values(&evals[to], m),
+        ) else {
+            continue;
+        };
+        let (mut wins, mut ties, mut losses) = (0, 0, 0);
+        for (x, y) in a.iter().zip(&b) {
+            if (y - x).abs() <= 1e-12 {
+                ties += 1;
+            } else if y > x {
+                wins += 1;
+            } else {
+                losses += 1;
+            }
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        out.push(Change {
+            stage: stage.name.clone(),
+            against: stages[from].name.clone(),
+            metric: m.to_string(),
+            delta: mean(&b) - mean(&a),
+            wins,
+            ties,
+            losses,
+            queries: a.len(),
+            p: eval::stats::paired_randomization_test(&a, &b, TRIALS, SEED),
+        });
+    }
+    out
 }
 
 /// Scores the stages and writes every deterministic output.
@@ -79,7 +141,7 @@ pub(crate) fn write(
     skills: &[eval::Skill],
     stages: &[Stage],
     recall: Option<&IndexRecall>,
-    _timings: &[StageTiming],
+    queries: &[&eval::Query],
 ) -> Result<Written> {
     let out = &settings.out;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
@@ -105,21 +167,36 @@ pub(crate) fn write(
         &(serde_json::to_string_pretty(&metrics)? + "\n"),
     )?;
 
-    for stage in stages {
+    for (stage, e) in stages.iter().zip(&evaluations) {
         let path = out.join(format!("run.{}.trec", stage.name));
         stage
             .run
             .write_trec(&path, &stage.name)
             .with_context(|| format!("writing {}", path.display()))?;
+        // The official output JSON: what eval.py writes and eval_rerank reads.
+        write_text(
+            &out.join(format!("skillret.{}.json", stage.name)),
+            &(eval::official::to_json(&settings.split, e, &settings.k, &stage.run) + "\n"),
+        )?;
     }
     write_text(
         &out.join("per_query.tsv"),
         &per_query(qrels, stages, &evaluations),
     )?;
     let table = stage_table(settings, stages, &evaluations);
+    let scored: Vec<String> = evaluations
+        .first()
+        .map(|e| e.per_query.iter().map(|q| q.query_id.clone()).collect())
+        .unwrap_or_default();
+    let (breakdown_md, breakdowns) = crate::breakdown::render(
+        &crate::breakdown::breakdowns(qrels, queries, skills, &scored),
+        stages,
+        &evaluations,
+        crate::breakdown::cutoff(&settings.k),
+    );
     write_text(
         &out.join("report.md"),
-        &markdown(
+        &(markdown(
             settings,
             label,
             skills.len(),
@@ -127,7 +204,9 @@ pub(crate) fn write(
             &evaluations,
             recall,
             &table,
-        ),
+        ) + "\n"
+            + breakdown_md.trim_end()
+            + "\n"),
     )?;
     let curve_depth = settings.retriever.top_n;
     let curves = curves(qrels, stages, curve_depth)?;
@@ -137,6 +216,9 @@ pub(crate) fn write(
     )?;
     Ok(Written {
         table: format!("{label} · {}\n\n{table}", settings.path.display()),
+        metrics,
+        breakdowns,
+        changes: changes(stages, &evaluations),
     })
 }
 
@@ -146,6 +228,9 @@ pub(crate) fn write_timings(out: &Path, timings: &[StageTiming]) -> Result<()> {
         .iter()
         .map(|t| {
             let mut v = json!({"stage": t.stage, "seconds": t.seconds, "detail": t.detail});
+            if let Some(tokens) = t.tokens {
+                v["tokens"] = json!(tokens);
+            }
             if !t.notes.is_empty() {
                 v["notes"] = json!(t.notes);
             }
@@ -160,7 +245,12 @@ pub(crate) fn write_timings(out: &Path, timings: &[StageTiming]) -> Result<()> {
     )
 }
 
-fn write_text(path: &Path, text: &str) -> Result<()> {
+/// Writes pretty JSON and a newline, atomically.
+pub(crate) fn write_json(path: &Path, value: &Value) -> Result<()> {
+    write_text(path, &(serde_json::to_string_pretty(value)? + "\n"))
+}
+
+pub(crate) fn write_text(path: &Path, text: &str) -> Result<()> {
     eval::io::write_atomically(path, |w| w.write_all(text.as_bytes()))
         .with_context(|| format!("writing {}", path.display()))
 }
@@ -245,40 +335,30 @@ fn markdown(
         ),
         (None, kind) => format!("{kind:?}, top {}", r.top_n),
     };
+    let first = match &settings.first_stage {
+        Some(file) => format!("the run {} (given, not retrieved)", file.display()),
+        None => first,
+    };
     let _ = writeln!(s, "Retriever: {first}.");
     if let Some(rr) = &settings.reranker {
         let _ = writeln!(s, "Reranker: {}, top {}.", rr.label(), rr.top_n);
     }
     let _ = writeln!(s, "\n## Stages\n\n{table}");
-    for (to, stage) in stages.iter().enumerate() {
-        let Some(from) = stage.after else { continue };
-        let m = Metric::Ndcg(10);
-        let (a, b) = (
-            per_query_values(&evals[from], m),
-            per_query_values(&evals[to], m),
+    for c in changes(stages, evals) {
+        let _ = writeln!(
+            s,
+            "## {} against {}, per query ({})\n\n\
+             {} wins, {} ties, {} losses over {} queries. \
+             Paired randomization test of the mean difference ({TRIALS} rounds, two-sided): p = {:.4}.\n",
+            capitalised(&c.stage),
+            c.against,
+            c.metric,
+            c.wins,
+            c.ties,
+            c.losses,
+            c.queries,
+            c.p
         );
-        if let (Some(a), Some(b)) = (a, b) {
-            let (mut wins, mut ties, mut losses) = (0, 0, 0);
-            for (x, y) in a.iter().zip(&b) {
-                if (y - x).abs() <= 1e-12 {
-                    ties += 1;
-                } else if y > x {
-                    wins += 1;
-                } else {
-                    losses += 1;
-                }
-            }
-            let p = eval::stats::paired_randomization_test(&a, &b, TRIALS, SEED);
-            let _ = writeln!(
-                s,
-                "## {} against {}, per query (NDCG@10)\n\n\
-                 {wins} wins, {ties} ties, {losses} losses over {} queries. \
-                 Paired randomization test of the mean difference ({TRIALS} rounds, two-sided): p = {p:.4}.\n",
-                capitalised(&stage.name),
-                stages[from].name,
-                a.len()
-            );
-        }
     }
     if let Some(r) = recall {
         let params: Vec<String> = r.params.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -295,8 +375,10 @@ fn markdown(
     }
     let _ = writeln!(
         s,
-        "Files: `metrics.json` (per stage, official key names), `run.<stage>.trec`, `per_query.tsv`, \
-         `recall_at_k.svg`, `timings.json`."
+        "Files: `metrics.json` (per stage, official key names), `run.<stage>.trec`, \
+         `skillret.<stage>.json` (the official output JSON: `metrics` rounded as eval.py rounds them, \
+         `retrieval`; the official eval_rerank and `pipeline rerank --run` read it), `per_query.tsv`, \
+         `recall_at_k.svg`, `timings.json`, `results.json` (provenance)."
     );
     s
 }

@@ -10,10 +10,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use embedder::remote::{ApiKey, Connection, Endpoint, RemoteEmbedder, RemoteOptions};
-use embedder::{EmbedStats, Embedder, EmbedderOptions, Kind, LocalEmbedder, Prompts};
+use embedder::remote::{RemoteEmbedder, RemoteOptions};
+use embedder::{
+    AttentionKernel, Backend, EmbedStats, Embedder, EmbedderOptions, Kind, LocalEmbedder, Prompts,
+};
 use eval::Dataset;
 use reranker::{Activation, CrossEncoder, Reranker, RerankerOptions};
+use served::{ApiKey, Connection, Endpoint};
 
 use crate::cache::{Shards, model_fingerprint, tokenizer_fingerprint};
 use crate::commands::embed::{model_dir, tokenizer_dir};
@@ -50,6 +53,14 @@ pub(crate) fn load_dataset(data: &DataSource, split: &str) -> Result<Dataset> {
             Ok(Dataset::from_files(&files)?)
         }
     }
+}
+
+/// How many (query, skill) pairs a reranker scores over `run`'s pools.
+pub(crate) fn pool_pairs(run: &eval::Run, pool: &reranker::Pool<'_>) -> usize {
+    run.query_ids()
+        .iter()
+        .map(|q| pool.candidates(q, run.get(q).unwrap_or_default()).len())
+        .sum()
 }
 
 /// The directory of a configured model (from the Hub where it is an id),
@@ -189,6 +200,9 @@ impl Vectors {
         if let Some(a) = e.attention {
             options = options.with_attention(a);
         }
+        if let Some(kernel) = e.attention_kernel {
+            options = options.with_attention_kernel(kernel);
+        }
         if let Some(p) = e.pooling {
             options = options.with_pooling(p);
         }
@@ -236,14 +250,27 @@ impl Vectors {
                     .with_context(|| format!("[embedder] prompts of {}", dir.display()))?;
                 let fingerprint = model_fingerprint(dir)?;
                 let dim = embedder::ModelConfig::read(&dir.join("config.json"))?.hidden_size();
+                // The arithmetic that runs: the native engine's on this CPU,
+                // the candle engine's as asked; its attention kernel.
+                let (precision, kernel) = match e.backend {
+                    Backend::Native => (e.precision.on_this_cpu(), String::new()),
+                    _ => (
+                        e.precision,
+                        format!(
+                            " attention_kernel={:?}",
+                            e.attention_kernel.unwrap_or_else(|| {
+                                AttentionKernel::default_for(e.backend, e.precision)
+                            })
+                        ),
+                    ),
+                };
                 let settings = format!(
-                    "model={fingerprint} revision={:?} task={:?} attention={:?} max_length={:?} pooling={:?} precision={:?} backend={:?}",
+                    "model={fingerprint} revision={:?} task={:?} attention={:?} max_length={:?} pooling={:?} precision={precision:?} backend={:?}{kernel}",
                     e.model.as_ref().and_then(|m| m.revision.clone()),
                     e.task,
                     e.attention,
                     e.max_length,
                     e.pooling,
-                    e.precision.on_this_cpu(),
                     e.backend
                 );
                 Ok(Self {
@@ -336,6 +363,15 @@ impl Vectors {
                 let m: &dyn Embedder = &**loaded.as_ref().context("the model is loaded")?;
                 Ok(m)
             }
+        }
+    }
+
+    /// What ran, in words, if the model was loaded or is served (a run
+    /// whose vectors all came from the cache loads none).
+    pub(crate) fn loaded_description(&self) -> Option<String> {
+        match &self.model {
+            Model::Served(remote) => Some(remote.describe()),
+            Model::Local { loaded, .. } => loaded.as_ref().map(|m| m.describe()),
         }
     }
 
@@ -462,6 +498,7 @@ impl Vectors {
         };
         let mut timing = StageTiming::new(&format!("embed {what}"), started, detail);
         timing.notes = stats.notes;
+        timing.tokens = (!missing.is_empty()).then_some(stats.tokens);
         timings.push(timing);
         summary(timings.last());
         Ok(out)
@@ -541,6 +578,9 @@ pub(crate) fn open_reranker(
                 .with_backend(rr.backend)
                 .with_precision(rr.precision)
                 .with_activation(activation);
+            if let Some(kernel) = rr.attention_kernel {
+                options = options.with_attention_kernel(kernel);
+            }
             if let Some(n) = rr.max_length {
                 options = options.with_max_length(n);
             }

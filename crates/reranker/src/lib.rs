@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use embedder::{Backend, Encoder, EncoderOptions, ModelConfig, Precision, Tokens};
+use embedder::{AttentionKernel, Backend, Encoder, EncoderOptions, ModelConfig, Precision, Tokens};
 use eval::{Run, ScoredDoc};
 
 pub mod classifier;
@@ -71,6 +71,9 @@ pub struct RerankerOptions {
     pub activation: Activation,
     /// The instruction of a yes/no reranker (default: [`SKILLRET_INSTRUCTION`]).
     pub instruction: Option<String>,
+    /// The candle engine's attention kernel (`None`: the default for the
+    /// backend and precision).
+    pub attention_kernel: Option<AttentionKernel>,
 }
 
 impl Default for RerankerOptions {
@@ -82,11 +85,17 @@ impl Default for RerankerOptions {
             precision: Precision::F32,
             activation: Activation::Identity,
             instruction: None,
+            attention_kernel: None,
         }
     }
 }
 
 impl RerankerOptions {
+    /// Sets the candle engine's attention kernel.
+    pub fn with_attention_kernel(mut self, kernel: AttentionKernel) -> Self {
+        self.attention_kernel = Some(kernel);
+        self
+    }
     /// Sets the maximum length in tokens.
     pub fn with_max_length(mut self, tokens: usize) -> Self {
         self.max_length = Some(tokens);
@@ -145,31 +154,31 @@ pub trait Reranker: Send + Sync + std::fmt::Debug {
         query: &str,
         candidates: &[ScoredDoc],
         documents: &dyn Fn(&str) -> Option<String>,
-        top_n: usize,
+        depth: usize,
     ) -> Result<Vec<ScoredDoc>, Error> {
         let mut run = Run::default();
         run.insert("q".to_owned(), candidates.to_vec());
         let queries = HashMap::from([("q".to_owned(), query.to_owned())]);
-        let out = self.rerank_run(&run, &queries, documents, top_n, &|_| {})?;
+        let out = self.rerank_run(&run, &queries, documents, &Pool::top(depth), &|_| {})?;
         Ok(out.get("q").map(<[ScoredDoc]>::to_vec).unwrap_or_default())
     }
 
-    /// Reranks every query of a first-stage run: each query's top `top_n`
-    /// candidates (in trec_eval order) are rescored and reordered by that
-    /// score (ties by id descending); the candidates below them stay
-    /// behind, in first-stage order, with scores placed below the lowest
-    /// reranked one so that the run file orders them as listed. Queries
-    /// without text in `queries` are an error; documents without text
-    /// (`documents` answers `None`) too. `progress` counts pairs scored.
+    /// Reranks every query of a first-stage run, as the official
+    /// `eval_rerank` does: each query's [`Pool`] (its top `depth` candidates,
+    /// plus the gold skills with `oracle`) is rescored, and the reranked run
+    /// holds those candidates only, by the reranker's score (ties by id
+    /// descending, as trec_eval orders them). Queries without text in
+    /// `queries` are an error; documents without text (`documents` answers
+    /// `None`) too. `progress` counts pairs scored.
     fn rerank_run(
         &self,
         run: &Run,
         queries: &HashMap<String, String>,
         documents: &dyn Fn(&str) -> Option<String>,
-        top_n: usize,
+        pool: &Pool<'_>,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Run, Error> {
-        let mut ranked: Vec<(&str, Vec<ScoredDoc>)> = Vec::new();
+        let mut ranked: Vec<(&str, Vec<Arc<str>>)> = Vec::new();
         let mut pairs: Vec<(&str, String)> = Vec::new();
         for query in run.query_ids() {
             let text = queries.get(query).ok_or_else(|| {
@@ -177,18 +186,16 @@ pub trait Reranker: Send + Sync + std::fmt::Debug {
                     "query `{query}` of the run has no text in the data"
                 ))
             })?;
-            let mut docs = run.get(query).unwrap_or_default().to_vec();
-            eval::sort_trec(&mut docs);
-            for doc in docs.iter().take(top_n) {
-                let body = documents(&doc.id).ok_or_else(|| {
+            let candidates = pool.candidates(query, run.get(query).unwrap_or_default());
+            for id in &candidates {
+                let body = documents(id).ok_or_else(|| {
                     Error::Invalid(format!(
-                        "document `{}` (query `{query}`) is not in the skill library",
-                        doc.id
+                        "document `{id}` (query `{query}`) is not in the skill library"
                     ))
                 })?;
                 pairs.push((text.as_str(), body));
             }
-            ranked.push((query, docs));
+            ranked.push((query, candidates));
         }
         let borrowed: Vec<(&str, &str)> = pairs.iter().map(|(q, d)| (*q, d.as_str())).collect();
         let scores = self.score_pairs(&borrowed, progress)?;
@@ -201,25 +208,68 @@ pub trait Reranker: Send + Sync + std::fmt::Debug {
         }
         let mut next = scores.into_iter();
         let mut out = Run::default();
-        for (query, docs) in ranked {
-            let n = top_n.min(docs.len());
-            let mut head: Vec<ScoredDoc> = docs[..n]
-                .iter()
-                .map(|d| ScoredDoc {
-                    id: Arc::clone(&d.id),
+        for (query, candidates) in ranked {
+            let mut head: Vec<ScoredDoc> = candidates
+                .into_iter()
+                .map(|id| ScoredDoc {
+                    id,
                     score: f64::from(next.next().unwrap_or(f32::NAN)),
                 })
                 .collect();
             eval::sort_trec(&mut head);
-            let floor = head.last().map_or(0.0, |d| d.score);
-            let tail = docs[n..].iter().enumerate().map(|(i, d)| ScoredDoc {
-                id: Arc::clone(&d.id),
-                score: floor - 1.0 - i as f64,
-            });
-            head.extend(tail);
             out.insert(query.to_owned(), head);
         }
         Ok(out)
+    }
+}
+
+/// Which candidates a reranker rescores for each query: the official
+/// `eval_rerank`'s pool.
+#[derive(Debug, Clone, Copy)]
+pub struct Pool<'a> {
+    /// How many of the first stage's candidates (`from_top_k`).
+    pub depth: usize,
+    /// Oracle reranking (`eval_rerank(oracle=True)`): every relevant skill
+    /// of the query (grade ≥ 1) joins the pool if the first stage missed it.
+    pub oracle: Option<&'a eval::Qrels>,
+}
+
+impl Pool<'_> {
+    /// The first stage's top `depth`, no oracle.
+    pub fn top(depth: usize) -> Self {
+        Pool {
+            depth,
+            oracle: None,
+        }
+    }
+
+    /// The pool of one query: its `depth` highest-scored candidates, equal
+    /// scores at the cut taken in the run's own order (Python's stable
+    /// `sorted(..., reverse=True)[:k]` over the first stage's dict), then,
+    /// with an oracle, the relevant skills not among them, by id.
+    pub fn candidates(&self, query: &str, docs: &[ScoredDoc]) -> Vec<Arc<str>> {
+        let mut order: Vec<&ScoredDoc> = docs.iter().collect();
+        // Stable: ties keep the run's order. NaN sorts last.
+        order.sort_by(|a, b| {
+            b.score
+                .partial_cmp(&a.score)
+                .unwrap_or_else(|| a.score.is_nan().cmp(&b.score.is_nan()))
+        });
+        let mut pool: Vec<Arc<str>> = order
+            .into_iter()
+            .take(self.depth)
+            .map(|d| Arc::clone(&d.id))
+            .collect();
+        if let Some(judged) = self.oracle.and_then(|q| q.get(query)) {
+            let mut gold: Vec<&String> = judged
+                .iter()
+                .filter(|&(id, &grade)| grade >= 1 && !pool.iter().any(|p| **p == **id))
+                .map(|(id, _)| id)
+                .collect();
+            gold.sort_unstable();
+            pool.extend(gold.into_iter().map(|id| Arc::from(id.as_str())));
+        }
+        pool
     }
 }
 
@@ -264,6 +314,7 @@ impl CrossEncoder {
             backend: options.backend,
             precision: options.precision,
             task: None,
+            attention_kernel: options.attention_kernel,
         };
         let default_length = embedder::config::tokenizer_max_length(dir)?;
         let encoder = Encoder::from_dir(dir, &encoder_options, default_length)?;
@@ -402,58 +453,64 @@ impl Reranker for CrossEncoder {
 }
 
 /// Interpolates a reranked run with the first stage it reranked: within
-/// each query's top `top_n` of `first`, both stages' scores are min-max
-/// normalised over those candidates and combined as
-/// `weight · reranker + (1 − weight) · first stage`; the rest of `first`
-/// follows in its own order. `weight` 1 gives the reranker's order, 0 the
-/// first stage's (ties by document id, as trec_eval).
-pub fn interpolate(first: &Run, reranked: &Run, top_n: usize, weight: f64) -> Run {
-    fn normalised(docs: &[ScoredDoc]) -> HashMap<&str, f64> {
-        let (lo, hi) = docs
+/// each query's reranked pool, both stages' scores are min-max normalised
+/// over the pool and combined as `weight · reranker + (1 − weight) · first
+/// stage` (a candidate the first stage did not return, an oracle's gold
+/// skill, counts as its lowest). Like the reranked run, the result holds the
+/// pool only. `weight` 1 gives the reranker's order, 0 the first stage's
+/// (ties by document id, as trec_eval).
+pub fn interpolate(first: &Run, reranked: &Run, weight: f64) -> Run {
+    fn normalised(scores: &[(Arc<str>, f64)]) -> HashMap<Arc<str>, f64> {
+        let (lo, hi) = scores
             .iter()
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), d| {
-                (lo.min(d.score), hi.max(d.score))
+                (lo.min(d.1), hi.max(d.1))
             });
         let span = hi - lo;
-        docs.iter()
-            .map(|d| {
-                let v = if span > 0.0 {
-                    (d.score - lo) / span
-                } else {
-                    0.0
-                };
-                (&*d.id, v)
+        scores
+            .iter()
+            .map(|(id, score)| {
+                let v = if span > 0.0 { (score - lo) / span } else { 0.0 };
+                (Arc::clone(id), v)
             })
             .collect()
     }
     let mut out = Run::default();
-    for query in first.query_ids() {
-        let mut docs = first.get(query).unwrap_or_default().to_vec();
-        eval::sort_trec(&mut docs);
-        let n = top_n.min(docs.len());
-        let base = normalised(&docs[..n]);
-        let rescored = reranked.get(query).unwrap_or_default();
-        let head_ids: std::collections::HashSet<&str> = docs[..n].iter().map(|d| &*d.id).collect();
-        let from_reranker: Vec<ScoredDoc> = rescored
+    for query in reranked.query_ids() {
+        let pool = reranked.get(query).unwrap_or_default();
+        let firsts: HashMap<&str, f64> = first
+            .get(query)
+            .unwrap_or_default()
             .iter()
-            .filter(|d| head_ids.contains(&*d.id))
-            .cloned()
+            .map(|d| (&*d.id, d.score))
             .collect();
-        let rerank = normalised(&from_reranker);
-        let mut head: Vec<ScoredDoc> = docs[..n]
+        let known: Vec<f64> = pool
+            .iter()
+            .filter_map(|d| firsts.get(&*d.id).copied())
+            .collect();
+        let floor = known.iter().copied().fold(f64::INFINITY, f64::min);
+        let floor = if floor.is_finite() { floor } else { 0.0 };
+        let base: Vec<(Arc<str>, f64)> = pool
+            .iter()
+            .map(|d| {
+                (
+                    Arc::clone(&d.id),
+                    firsts.get(&*d.id).copied().unwrap_or(floor),
+                )
+            })
+            .collect();
+        let base = normalised(&base);
+        let rerank: Vec<(Arc<str>, f64)> =
+            pool.iter().map(|d| (Arc::clone(&d.id), d.score)).collect();
+        let rerank = normalised(&rerank);
+        let mut head: Vec<ScoredDoc> = pool
             .iter()
             .map(|d| ScoredDoc {
                 id: Arc::clone(&d.id),
-                score: weight * rerank.get(&*d.id).copied().unwrap_or(0.0)
-                    + (1.0 - weight) * base[&*d.id],
+                score: weight * rerank[&d.id] + (1.0 - weight) * base[&d.id],
             })
             .collect();
         eval::sort_trec(&mut head);
-        let floor = head.last().map_or(0.0, |d| d.score);
-        head.extend(docs[n..].iter().enumerate().map(|(i, d)| ScoredDoc {
-            id: Arc::clone(&d.id),
-            score: floor - 1.0 - i as f64,
-        }));
         out.insert(query.to_owned(), head);
     }
     out
@@ -489,23 +546,17 @@ mod tests {
     #[test]
     fn interpolation_moves_between_the_two_orders() {
         let first = run(&[("a", 0.9), ("b", 0.8), ("c", 0.7), ("d", 0.1)]);
-        // The reranker saw the top 3 and reverses them.
-        let reranked = run(&[("c", 5.0), ("b", 1.0), ("a", -3.0), ("d", -4.0)]);
-        assert_eq!(
-            order(&interpolate(&first, &reranked, 3, 1.0)),
-            ["c", "b", "a", "d"]
-        );
-        assert_eq!(
-            order(&interpolate(&first, &reranked, 3, 0.0)),
-            ["a", "b", "c", "d"]
-        );
-        // Normalised: first stage a 1, b 0.5, c 0; reranker a 0, b 0.5, c 1;
-        // d stays last either way.
+        // The reranker saw the top 3 and reverses them; d, outside the
+        // pool, is not in either result.
+        let reranked = run(&[("c", 5.0), ("b", 1.0), ("a", -3.0)]);
+        assert_eq!(order(&interpolate(&first, &reranked, 1.0)), ["c", "b", "a"]);
+        assert_eq!(order(&interpolate(&first, &reranked, 0.0)), ["a", "b", "c"]);
+        // Normalised: first stage a 1, b 0.5, c 0; reranker a 0, b 0.5, c 1.
         // 0.3 on the reranker: the first stage's order wins, by margins.
-        let mostly_first = interpolate(&first, &reranked, 3, 0.3);
-        assert_eq!(order(&mostly_first), ["a", "b", "c", "d"]);
-        let mostly_reranker = interpolate(&first, &reranked, 3, 0.7);
-        assert_eq!(order(&mostly_reranker), ["c", "b", "a", "d"]);
+        let mostly_first = interpolate(&first, &reranked, 0.3);
+        assert_eq!(order(&mostly_first), ["a", "b", "c"]);
+        let mostly_reranker = interpolate(&first, &reranked, 0.7);
+        assert_eq!(order(&mostly_reranker), ["c", "b", "a"]);
         let scores: Vec<f64> = mostly_reranker
             .get("q")
             .unwrap()
@@ -513,8 +564,71 @@ mod tests {
             .map(|d| d.score)
             .collect();
         assert!(
-            (scores[0] - 0.7).abs() < 1e-12 && scores[3] < scores[2],
+            (scores[0] - 0.7).abs() < 1e-12 && scores[2] < scores[1],
             "{scores:?}"
         );
+    }
+
+    /// Scores a pair by the document's length: a reranker whose order is
+    /// known in advance.
+    #[derive(Debug)]
+    struct ByLength;
+
+    impl Reranker for ByLength {
+        fn describe(&self) -> String {
+            "by length".to_owned()
+        }
+        fn score_pairs(
+            &self,
+            pairs: &[(&str, &str)],
+            progress: &(dyn Fn(usize) + Sync),
+        ) -> Result<Vec<f32>, Error> {
+            progress(pairs.len());
+            Ok(pairs.iter().map(|(_, d)| d.len() as f32).collect())
+        }
+    }
+
+    #[test]
+    fn equal_scores_at_the_cut_keep_the_first_stages_order() {
+        // b, c and d tie at the cut of 2: the run lists d before b and c,
+        // so Python's stable sort takes a and d (trec order would take c).
+        let docs = run(&[("a", 0.9), ("d", 0.5), ("b", 0.5), ("c", 0.5)]);
+        let pool = Pool::top(2).candidates("q", docs.get("q").unwrap());
+        let ids: Vec<&str> = pool.iter().map(|id| &**id).collect();
+        assert_eq!(ids, ["a", "d"]);
+        let docs = run(&[("c", 0.5), ("b", 0.5), ("a", 0.9), ("d", 0.5)]);
+        let pool = Pool::top(3).candidates("q", docs.get("q").unwrap());
+        let ids: Vec<&str> = pool.iter().map(|id| &**id).collect();
+        assert_eq!(ids, ["a", "c", "b"]);
+    }
+
+    #[test]
+    fn the_reranked_run_holds_the_pool_only_and_the_oracle_adds_the_gold() {
+        let first = run(&[("aaaa", 0.9), ("bb", 0.8), ("c", 0.7), ("dddddd", 0.1)]);
+        let queries = HashMap::from([("q".to_owned(), "text".to_owned())]);
+        let text = |id: &str| Some(id.to_owned());
+        let reranked = ByLength
+            .rerank_run(&first, &queries, &text, &Pool::top(3), &|_| {})
+            .unwrap();
+        assert_eq!(order(&reranked), ["aaaa", "bb", "c"]);
+        let mut qrels = eval::Qrels::default();
+        qrels.insert("q".to_owned(), "dddddd".to_owned(), 1);
+        qrels.insert("q".to_owned(), "bb".to_owned(), 2);
+        qrels.insert("q".to_owned(), "zzzzzzzz".to_owned(), 0);
+        let oracle = Pool {
+            depth: 2,
+            oracle: Some(&qrels),
+        };
+        let reranked = ByLength
+            .rerank_run(&first, &queries, &text, &oracle, &|_| {})
+            .unwrap();
+        // The top 2 and the one relevant skill the first stage ranked
+        // lower; the non-relevant judged one stays out.
+        assert_eq!(order(&reranked), ["dddddd", "aaaa", "bb"]);
+        // A document without text is an error naming it.
+        let err = ByLength
+            .rerank_run(&first, &queries, &|_| None, &Pool::top(1), &|_| {})
+            .unwrap_err();
+        assert!(err.to_string().contains("`aaaa`"), "{err}");
     }
 }

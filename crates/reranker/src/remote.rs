@@ -1,5 +1,5 @@
 //! Served rerankers behind a `/rerank` endpoint, fanned out over replicas
-//! (the embedder's [`embedder::remote::pool`]).
+//! (the `served` crate's [`served::pool`]).
 //!
 //! Two request shapes:
 //! - [`RemoteApi::Rerank`]: `POST {endpoint}/rerank` with `query` and
@@ -27,23 +27,14 @@
 
 use std::path::PathBuf;
 
-use embedder::remote::pool::{Failure, Job, Pool, RunError};
-use embedder::remote::{Checked, Connection, ServedModel, check_served};
 use embedder::{ModelConfig, Tokenization};
 use serde_json::{Value, json};
+use served::pool::{Failure, Job, Pool, RunError};
+use served::{Checked, Connection, ServedModel, check_served};
 
 use crate::{Activation, Error, Reranker, RerankerKind, Template};
 
-/// The request shape of a served reranker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RemoteApi {
-    /// `/rerank` with `query`, `documents` → `results[{index, relevance_score}]`
-    /// (vLLM, Jina, Cohere, Infinity).
-    Rerank,
-    /// text-embeddings-inference: `/rerank` with `query`, `texts` → `[{index, score}]`.
-    Tei,
-}
+pub use served::rerank::RemoteApi;
 
 /// How to reach and use a served reranker.
 #[derive(Debug, Clone)]
@@ -270,92 +261,30 @@ impl RemoteReranker {
     }
 
     fn body(&self, query: &str, documents: &[&str]) -> Vec<u8> {
-        let wants_logits =
-            self.kind == RerankerKind::Classifier && self.activation == Activation::Identity;
-        let body = match self.api {
-            RemoteApi::Rerank => {
-                let mut body = json!({
-                    "model": self.served,
-                    "query": query,
-                    "documents": documents,
-                    "top_n": documents.len(),
-                });
-                if self.vllm {
-                    if self.kind == RerankerKind::Classifier {
-                        body["use_activation"] = json!(!wants_logits);
-                    }
-                } else {
-                    body["return_documents"] = json!(false);
-                }
-                body
-            }
-            RemoteApi::Tei => json!({
-                "query": query,
-                "texts": documents,
-                "raw_scores": wants_logits,
-                "return_text": false,
-                "truncate": self.tokens.is_none(),
-            }),
-        };
-        serde_json::to_vec(&body).unwrap_or_default()
+        served::rerank::request(
+            self.api,
+            &served::rerank::Ask {
+                model: self.served.as_deref(),
+                vllm: self.vllm,
+                classifier: self.kind == RerankerKind::Classifier,
+                logits: self.kind == RerankerKind::Classifier
+                    && self.activation == Activation::Identity,
+                truncate: self.tokens.is_none(),
+            },
+            query,
+            documents,
+        )
     }
 
-    /// The scores of one `/classify` answer (`data[i].probs[0]`), in order.
+    /// The scores of one `/classify` answer: see
+    /// [`served::rerank::parse_classify`].
     fn parse_classify(answer: &[u8], count: usize) -> Result<Vec<f32>, String> {
-        let value: Value = serde_json::from_slice(answer).map_err(|e| format!("not JSON ({e})"))?;
-        let data = value
-            .get("data")
-            .and_then(Value::as_array)
-            .ok_or("no `data` list")?;
-        if data.len() != count {
-            return Err(format!("{} results for {count} inputs", data.len()));
-        }
-        let mut scores = vec![f32::NAN; count];
-        for (pos, item) in data.iter().enumerate() {
-            let index = item
-                .get("index")
-                .and_then(Value::as_u64)
-                .map_or(pos, |i| i as usize);
-            let p = item
-                .pointer("/probs/0")
-                .and_then(Value::as_f64)
-                .ok_or("a result without probs")?;
-            *scores.get_mut(index).ok_or("an index out of range")? = p as f32;
-        }
-        Ok(scores)
+        served::rerank::parse_classify(answer, count)
     }
 
     /// The scores of one answer, in document order.
     fn parse(&self, answer: &[u8], count: usize) -> Result<Vec<f32>, String> {
-        let value: Value = serde_json::from_slice(answer).map_err(|e| format!("not JSON ({e})"))?;
-        let (list, field) = match self.api {
-            RemoteApi::Rerank => (
-                value.get("results").and_then(Value::as_array),
-                "relevance_score",
-            ),
-            RemoteApi::Tei => (value.as_array(), "score"),
-        };
-        let list = list.ok_or("no list of results")?;
-        if list.len() != count {
-            return Err(format!("{} scores for {count} documents", list.len()));
-        }
-        let mut scores = vec![f32::NAN; count];
-        for item in list {
-            let index = item
-                .get("index")
-                .and_then(Value::as_u64)
-                .map(|i| i as usize)
-                .filter(|&i| i < count)
-                .ok_or("a result without a valid index")?;
-            let score = item
-                .get(field)
-                .and_then(Value::as_f64)
-                .ok_or_else(|| format!("a result without `{field}`"))?;
-            scores[index] = score as f32;
-        }
-        if scores.iter().any(|s| s.is_nan()) {
-            return Err("indexes repeat".to_owned());
-        }
+        let mut scores = served::rerank::parse_scores(self.api, answer, count)?;
         // Probabilities from a service that cannot return logits.
         if self.api == RemoteApi::Rerank
             && !self.vllm
@@ -373,7 +302,7 @@ impl RemoteReranker {
     fn explain(&self, error: RunError, jobs: &[Vec<usize>], sent: &[Sent]) -> Error {
         match error {
             RunError::AllDown(down) => {
-                Error::Served(embedder::remote::pool::all_down("of the reranker", &down))
+                Error::Served(served::pool::all_down("of the reranker", &down))
             }
             RunError::Refused {
                 endpoint,
@@ -524,7 +453,7 @@ impl Reranker for RemoteReranker {
             })
             .map_err(|e| self.explain(e, &spans, &sent))?;
         let seconds = started.elapsed().as_secs_f64().max(1e-9);
-        let mut notes = embedder::remote::pool::notes(&stats, seconds);
+        let mut notes = served::pool::notes(&stats, seconds);
         if !fallback.is_empty() {
             notes.push(format!(
                 "{} of {} pairs cut inside a character (text cannot carry that): scored from their token ids through vLLM's /classify",

@@ -9,9 +9,9 @@ mod fake_server;
 
 use std::time::Duration;
 
-use embedder::remote::{Connection, Endpoint};
 use fake_server::{Behaviour, FakeServer, score};
 use reranker::{Activation, RemoteApi, RemoteOptions, RemoteReranker, Reranker};
+use served::{Connection, Endpoint};
 
 fn options(url: &str, activation: Activation, batch_size: usize) -> RemoteOptions {
     RemoteOptions {

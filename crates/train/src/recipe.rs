@@ -580,6 +580,8 @@ mod tests {
             name: name.to_owned(),
             description: description.to_owned(),
             skill_md: md.to_owned(),
+            major: None,
+            sub: None,
         }
     }
 

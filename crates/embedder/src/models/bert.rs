@@ -4,19 +4,20 @@
 //! Native engine: sequences of a batch are laid end to end (no padding); the
 //! linear layers run on every token at once (bias and residual folded into
 //! the product), attention is the tiled kernel of [`crate::attention`].
-//! candle engine: candle-transformers' `BertModel` (or `XLMRobertaModel` for
-//! RoBERTa position numbering) on padded batches with a mask.
+//! candle engine: the same layers as a candle graph on unpadded batches
+//! (`varlen.rs`), in f32 or bf16.
 
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config as CandleConfig};
-use candle_transformers::models::xlm_roberta::{Config as XlmrConfig, XLMRobertaModel};
+use candle_core::{DType, Device, Module, Tensor};
+use candle_nn::Linear as CandleLinear;
 use rayon::prelude::*;
 use serde::Deserialize;
 
-use super::{Model, Pool, Reused, Tokens, gather_picked, picks, pool_padded, pool_states, sized};
+use super::profile::stage;
+use super::varlen::{self, Packed};
+use super::{Model, Pool, Reused, Tokens, gather_picked, picks, pool_states, sized};
+use crate::AttentionKernel;
 use crate::attention::{self, Heads, QkvLayout};
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
@@ -462,153 +463,237 @@ impl Model for NativeBert {
     }
 }
 
-enum Graph {
-    Bert(BertModel),
-    XlmRoberta(XLMRobertaModel),
-}
-
-/// candle-transformers' BERT on a candle device.
+/// The same encoder as a candle graph (the CUDA path) on unpadded batches
+/// ([`varlen`]), in the dtype the precision asks for.
 pub(crate) struct CandleBert {
-    graph: Graph,
+    config: BertConfig,
+    word: Tensor,
+    position: Tensor,
+    token_type: Tensor,
+    embedding_norm: (Tensor, Tensor),
+    layers: Vec<CandleLayer>,
     device: Device,
-    pad: u32,
+    /// Checked at load (`varlen::check_kernel`, in `models::load`).
+    kernel: AttentionKernel,
 }
 
-/// The encoder's tensors under transformers' names (no prefix), as candle's
-/// graphs load them.
-fn usual_tensors(
-    files: &ModelFiles,
-    config: &BertConfig,
-    device: &Device,
-) -> Result<std::collections::HashMap<String, Tensor>> {
-    let w = weights(files, config)?;
-    let (h, i) = (config.hidden_size, config.intermediate_size);
-    let mut shapes: Vec<(String, Vec<usize>)> = vec![
-        (
-            "embeddings.word_embeddings.weight".to_owned(),
-            vec![config.vocab_size, h],
-        ),
-        (
-            "embeddings.position_embeddings.weight".to_owned(),
-            vec![config.max_position_embeddings, h],
-        ),
-        (
-            "embeddings.token_type_embeddings.weight".to_owned(),
-            vec![config.type_vocab_size, h],
-        ),
-    ];
-    let norm = |shapes: &mut Vec<(String, Vec<usize>)>, name: &str| {
-        for part in ["weight", "bias"] {
-            shapes.push((format!("{name}.{part}"), vec![h]));
+struct CandleLayer {
+    /// Query, key and value: three products of one widened input, each
+    /// output contiguous (no copies before attention).
+    qkv: [Folded; 3],
+    attention_out: Folded,
+    attention_norm: (Tensor, Tensor),
+    intermediate: Folded,
+    /// Its input is four times wider than its output: the bias is added.
+    output: CandleLinear,
+    output_norm: (Tensor, Tensor),
+}
+
+/// Extra input columns of a [`Folded`] product: a one, then zeros (the
+/// width stays a multiple of 8, as tensor cores want it).
+const FOLD: usize = 8;
+
+/// A linear layer whose bias rides in the product: the weight carries it
+/// as an extra input column (`outputs × (inputs + 8)`), the input gets a
+/// column of ones ([`ones`]). candle adds a bias with a broadcast, which on
+/// CUDA runs an index-computing kernel over every output element (a third
+/// of a BERT-large layer's time on an H200, by `SKILLRET_PROFILE`); the
+/// extra columns cost a copy of the narrower input instead, and the bias is
+/// added in the product's f32 accumulator, as PyTorch's fused epilogue adds
+/// it.
+struct Folded(Tensor);
+
+impl Folded {
+    fn fold(weight: &[f32], bias: &[f32], inputs: usize) -> Vec<f32> {
+        let mut folded = Vec::with_capacity(bias.len() * (inputs + FOLD));
+        for (row, &b) in weight.chunks_exact(inputs).zip(bias) {
+            folded.extend_from_slice(row);
+            folded.push(b);
+            folded.extend(std::iter::repeat_n(0.0, FOLD - 1));
         }
-    };
-    norm(&mut shapes, "embeddings.LayerNorm");
-    for l in 0..config.num_hidden_layers {
-        let p = format!("encoder.layer.{l}");
-        for (name, inputs, outputs) in [
-            ("attention.self.query", h, h),
-            ("attention.self.key", h, h),
-            ("attention.self.value", h, h),
-            ("attention.output.dense", h, h),
-            ("intermediate.dense", h, i),
-            ("output.dense", i, h),
-        ] {
-            shapes.push((format!("{p}.{name}.weight"), vec![outputs, inputs]));
-            shapes.push((format!("{p}.{name}.bias"), vec![outputs]));
-        }
-        norm(&mut shapes, &format!("{p}.attention.output.LayerNorm"));
-        norm(&mut shapes, &format!("{p}.output.LayerNorm"));
+        folded
     }
-    shapes
-        .into_iter()
-        .map(|(name, shape)| {
-            let values = w.get(&name, &shape)?;
-            let tensor = Tensor::from_vec(values, shape.as_slice(), device)
-                .map_err(|e| Error::format(w.path(), e.to_string()))?;
-            Ok((name, tensor))
-        })
-        .collect()
+
+    fn forward(&self, x: &Tensor, ones: &Tensor) -> candle_core::Result<Tensor> {
+        self.forward_widened(&widen(x, ones)?)
+    }
+
+    /// The product of an input [`widen`] made.
+    fn forward_widened(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        x.matmul(&self.0.t()?)
+    }
+}
+
+/// `x` with the columns of `ones` appended (the input of [`Folded`]).
+fn widen(x: &Tensor, ones: &Tensor) -> candle_core::Result<Tensor> {
+    let rows = x.dim(0)?;
+    Tensor::cat(&[x, &ones.narrow(0, 0, rows)?], 1)
+}
+
+/// The columns [`Folded`] appends to `rows` inputs: a one and seven zeros.
+fn ones(rows: usize, dtype: DType, device: &Device) -> candle_core::Result<Tensor> {
+    Tensor::cat(
+        &[
+            Tensor::ones((rows, 1), dtype, device)?,
+            Tensor::zeros((rows, FOLD - 1), dtype, device)?,
+        ],
+        1,
+    )
 }
 
 impl CandleBert {
-    pub(crate) fn load(files: &ModelFiles, bert: &BertConfig, device: &Device) -> Result<Self> {
-        // candle's Config wants fields that inference does not use and many
-        // config.json files leave out; give them their transformers defaults.
-        let mut raw: serde_json::Value = crate::config::read_json(&files.config)?;
-        if let Some(map) = raw.as_object_mut() {
-            for (key, value) in [
-                ("hidden_dropout_prob", serde_json::json!(0.1)),
-                ("initializer_range", serde_json::json!(0.02)),
-                ("use_cache", serde_json::json!(true)),
-            ] {
-                map.entry(key).or_insert(value);
-            }
+    pub(crate) fn load(
+        files: &ModelFiles,
+        config: &BertConfig,
+        device: &Device,
+        dtype: DType,
+        kernel: AttentionKernel,
+    ) -> Result<Self> {
+        let w = weights(files, config)?;
+        let bad = |e: candle_core::Error| Error::format(w.path(), e.to_string());
+        let tensor = |values: Vec<f32>, shape: &[usize]| -> Result<Tensor> {
+            Tensor::from_vec(values, shape, device)
+                .and_then(|t| t.to_dtype(dtype))
+                .map_err(bad)
+        };
+        let get = |name: &str, shape: &[usize]| tensor(w.get(name, shape)?, shape);
+        let h = config.hidden_size;
+        let i = config.intermediate_size;
+        let norm = |name: &str| -> Result<(Tensor, Tensor)> {
+            Ok((
+                get(&format!("{name}.weight"), &[h])?,
+                get(&format!("{name}.bias"), &[h])?,
+            ))
+        };
+        let read = |name: &str, inputs: usize, outputs: usize| -> Result<_> {
+            Ok((
+                w.get(&format!("{name}.weight"), &[outputs, inputs])?,
+                w.get(&format!("{name}.bias"), &[outputs])?,
+            ))
+        };
+        let folded = |name: &str, inputs: usize, outputs: usize| -> Result<Folded> {
+            let (weight, bias) = read(name, inputs, outputs)?;
+            Ok(Folded(tensor(
+                Folded::fold(&weight, &bias, inputs),
+                &[outputs, inputs + FOLD],
+            )?))
+        };
+        let linear = |name: &str, inputs: usize, outputs: usize| -> Result<CandleLinear> {
+            let (weight, bias) = read(name, inputs, outputs)?;
+            Ok(CandleLinear::new(
+                tensor(weight, &[outputs, inputs])?,
+                Some(tensor(bias, &[outputs])?),
+            ))
+        };
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        for l in 0..config.num_hidden_layers {
+            let p = format!("encoder.layer.{l}");
+            let part = |n: &str| folded(&format!("{p}.attention.self.{n}"), h, h);
+            layers.push(CandleLayer {
+                qkv: [part("query")?, part("key")?, part("value")?],
+                attention_out: folded(&format!("{p}.attention.output.dense"), h, h)?,
+                attention_norm: norm(&format!("{p}.attention.output.LayerNorm"))?,
+                intermediate: folded(&format!("{p}.intermediate.dense"), h, i)?,
+                output: linear(&format!("{p}.output.dense"), i, h)?,
+                output_norm: norm(&format!("{p}.output.LayerNorm"))?,
+            });
         }
-        let weights = &files.weights[0];
-        let vb = if bert.flash_layout {
-            // Every tensor by its usual name, read through the remap.
-            VarBuilder::from_tensors(usual_tensors(files, bert, device)?, DType::F32, device)
-        } else {
-            // SAFETY: as for `TensorFile::open`: read-only maps of files that
-            // are not modified while the model loads.
-            unsafe { VarBuilder::from_mmaped_safetensors(&files.weights, DType::F32, device) }
-                .map_err(|e| Error::format(weights, e.to_string()))?
-        };
-        let bad_config = |e: serde_json::Error| Error::format(&files.config, e.to_string());
-        let bad_weights = |e: candle_core::Error| Error::format(weights, e.to_string());
-        let graph = if bert.roberta_positions() {
-            let config: XlmrConfig = serde_json::from_value(raw).map_err(bad_config)?;
-            let vb = if vb.contains_tensor("roberta.embeddings.word_embeddings.weight") {
-                vb.pp("roberta")
-            } else {
-                vb
-            };
-            Graph::XlmRoberta(XLMRobertaModel::new(&config, vb).map_err(bad_weights)?)
-        } else {
-            let config: CandleConfig = serde_json::from_value(raw).map_err(bad_config)?;
-            Graph::Bert(BertModel::load(vb, &config).map_err(bad_weights)?)
-        };
-        let pad = u32::try_from(bert.pad_token_id)
-            .map_err(|_| Error::format(&files.config, "pad_token_id is too large"))?;
         Ok(Self {
-            graph,
+            word: get("embeddings.word_embeddings.weight", &[config.vocab_size, h])?,
+            position: get(
+                "embeddings.position_embeddings.weight",
+                &[config.max_position_embeddings, h],
+            )?,
+            token_type: get(
+                "embeddings.token_type_embeddings.weight",
+                &[config.type_vocab_size, h],
+            )?,
+            embedding_norm: norm("embeddings.LayerNorm")?,
+            layers,
+            config: config.clone(),
             device: device.clone(),
-            pad,
+            kernel,
         })
     }
 
-    fn run(&self, seqs: &[&Tokens], pool: Pool) -> candle_core::Result<Vec<f32>> {
-        let len = seqs.iter().map(|s| s.ids.len()).max().unwrap_or(0);
-        let mut ids = Vec::with_capacity(seqs.len() * len);
-        let mut types = Vec::with_capacity(seqs.len() * len);
-        let mut mask = Vec::with_capacity(seqs.len() * len);
-        for seq in seqs {
-            let n = seq.ids.len();
-            ids.extend(
-                seq.ids
-                    .iter()
-                    .copied()
-                    .chain(std::iter::repeat_n(self.pad, len - n)),
-            );
-            types.extend((0..len).map(|t| seq.types.get(t).copied().unwrap_or(0)));
-            mask.extend((0..len).map(|t| u32::from(t < n)));
+    fn run(&self, batch: &[&Tokens], pool: Pool) -> candle_core::Result<Vec<f32>> {
+        let c = &self.config;
+        let eps = c.layer_norm_eps as f32;
+        let heads = c.heads();
+        let dev = &self.device;
+        let lengths: Vec<usize> = batch.iter().map(|t| t.ids.len()).collect();
+        let picks = picks(&lengths, pool);
+        let (packed, mut x, ones) = stage("embeddings", dev, || {
+            let packed = Packed::new(&lengths, picks.as_deref(), dev)?;
+            let types: Vec<u32> = batch
+                .iter()
+                .flat_map(|t| (0..t.ids.len()).map(|p| t.types.get(p).copied().unwrap_or(0)))
+                .collect();
+            let types = Tensor::from_vec(types, packed.total(), dev)?;
+            // RoBERTa-style models number positions from padding_idx + 1.
+            let positions = packed.positions().affine(1.0, c.position_offset() as f64)?;
+            let x = (self.word.index_select(&varlen::ids(batch, dev)?, 0)?
+                + self.position.index_select(&positions, 0)?)?;
+            let x = (x + self.token_type.index_select(&types, 0)?)?;
+            let x = layer_norm(&x, &self.embedding_norm, eps)?;
+            let ones = ones(packed.total(), x.dtype(), dev)?;
+            Ok((packed, x, ones))
+        })?;
+        let total = packed.total();
+        let (nh, d) = (heads.query, heads.dim);
+        let last = self.layers.len().saturating_sub(1);
+        let mut picked = false;
+        for (l, layer) in self.layers.iter().enumerate() {
+            let (q, k, v) = stage("qkv", dev, || {
+                let widened = widen(&x, &ones)?;
+                let part = |i: usize| {
+                    layer.qkv[i]
+                        .forward_widened(&widened)?
+                        .reshape((total, nh, d))
+                };
+                Ok((part(0)?, part(1)?, part(2)?))
+            })?;
+            picked = picks.is_some() && l == last;
+            let context = stage("attention", dev, || {
+                packed.attend(self.kernel, heads, (&q, &k, &v), picked)
+            })?;
+            if picked {
+                x = packed.picked(&x)?;
+            }
+            let attended = stage("attn-out", dev, || {
+                layer_norm(
+                    &(layer.attention_out.forward(&context, &ones)? + &x)?,
+                    &layer.attention_norm,
+                    eps,
+                )
+            })?;
+            let inner = stage("ffn-in", dev, || {
+                let inner = layer.intermediate.forward(&attended, &ones)?;
+                if c.tanh_gelu() {
+                    inner.gelu()
+                } else {
+                    inner.gelu_erf()
+                }
+            })?;
+            x = stage("ffn-out", dev, || {
+                layer_norm(
+                    &(layer.output.forward(&inner)? + attended)?,
+                    &layer.output_norm,
+                    eps,
+                )
+            })?;
         }
-        let shape = (seqs.len(), len);
-        let ids = Tensor::from_vec(ids, shape, &self.device)?;
-        let mask = Tensor::from_vec(mask, shape, &self.device)?;
-        let types = Tensor::from_vec(types, shape, &self.device)?;
-        let states = match &self.graph {
-            Graph::Bert(model) => model.forward(&ids, &types, Some(&mask))?,
-            Graph::XlmRoberta(model) => model.forward(&ids, &mask, &types, None, None, None)?,
-        };
-        let lengths: Vec<usize> = seqs.iter().map(|s| s.ids.len()).collect();
-        pool_padded(&states, &lengths, pool)
+        stage("pool", dev, || packed.pool(&x, pool, picked))
     }
+}
+
+fn layer_norm(x: &Tensor, (w, b): &(Tensor, Tensor), eps: f32) -> candle_core::Result<Tensor> {
+    candle_nn::ops::layer_norm(x, w, b, eps)
 }
 
 impl Model for CandleBert {
     fn forward(&self, batch: &[&Tokens], pool: Pool) -> Result<Vec<f32>> {
         self.run(batch, pool)
-            .map_err(|e| Error::Inference(e.to_string()))
+            .map_err(|e| varlen::inference_error(&e, batch))
     }
 }

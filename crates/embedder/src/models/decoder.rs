@@ -15,7 +15,8 @@
 //! Native engine: sequences laid end to end, attention tiled with an online
 //! softmax (memory linear in the length, sliding windows included), the
 //! feed-forward run in blocks of rows. candle engine: the same graph on
-//! right-padded batches with an explicit mask per sequence (the CUDA path).
+//! unpadded batches (`varlen.rs`: device-side positions, rotary tables and
+//! masks; exact or flash attention), the CUDA path.
 
 use std::path::Path;
 
@@ -25,9 +26,10 @@ use rayon::prelude::*;
 
 use super::lora::Lora;
 use super::nvembed::{CandleLatent, LatentPooler};
-use super::{
-    Mask, Model, Pool, Reused, Tokens, gather_picked, picks, pool_padded, pool_states, sized,
-};
+use super::profile::stage;
+use super::varlen::{self, Packed, RopeTables};
+use super::{Mask, Model, Pool, Reused, Tokens, gather_picked, picks, pool_states, sized};
+use crate::AttentionKernel;
 use crate::attention::{self, Heads, QkvLayout};
 use crate::config::Pooling;
 use crate::error::{Error, Result};
@@ -645,17 +647,21 @@ impl NativeDecoder {
     }
 }
 
-/// The same forward pass as a candle graph (the CUDA path).
+/// The same forward pass as a candle graph (the CUDA path) on unpadded
+/// batches ([`varlen`]).
 pub(crate) struct CandleDecoder {
     spec: Spec,
     embed: Tensor,
     embed_scale: Option<f64>,
     layers: Vec<CandleLayer>,
     norm: Tensor,
+    /// One per rotary base of [`Spec::ropes`].
+    ropes: Vec<RopeTables>,
     /// NV-Embed's pooling block, applied before the mean.
     pub(crate) latent: Option<CandleLatent>,
     device: Device,
-    dtype: DType,
+    /// Checked at load (`varlen::check_kernel`, in `models::load`).
+    kernel: AttentionKernel,
 }
 
 struct CandleLayer {
@@ -675,10 +681,6 @@ struct CandleLayer {
     kind: LayerKind,
 }
 
-/// Attention scores held at once, in elements (bounds the memory of long
-/// inputs: queries are processed in chunks).
-const SCORE_BUDGET: usize = 1 << 28;
-
 impl CandleDecoder {
     pub(crate) fn load(
         files: &ModelFiles,
@@ -686,6 +688,7 @@ impl CandleDecoder {
         spec: &Spec,
         device: &Device,
         dtype: DType,
+        kernel: AttentionKernel,
         lora: Option<&Lora>,
     ) -> Result<Self> {
         let weights_path = w.path().to_path_buf();
@@ -767,142 +770,102 @@ impl CandleDecoder {
             embed_scale: embedding_scale(spec).map(f64::from),
             norm: norm("norm", h)?,
             layers,
+            ropes: spec
+                .ropes
+                .iter()
+                .map(|&r| RopeTables::new(r, d, dtype, device))
+                .collect(),
             spec: spec.clone(),
             latent: None,
             device: device.clone(),
-            dtype,
+            kernel,
         })
-    }
-
-    /// The additive mask of query rows `c0..c0 + n` against all `len` keys
-    /// of each sequence (`batch × 1 × n × len`): 0 where the query sees the
-    /// key (inside its span and not padding), −∞ elsewhere.
-    fn mask(
-        &self,
-        heads: Heads,
-        lengths: &[usize],
-        len: usize,
-        c0: usize,
-        n: usize,
-    ) -> candle_core::Result<Tensor> {
-        let mut mask = Vec::with_capacity(lengths.len() * n * len);
-        for &real in lengths {
-            for r in c0..c0 + n {
-                let (lo, hi) = heads.span(r.min(real.saturating_sub(1)), real);
-                mask.extend((0..len).map(|j| {
-                    if j >= lo && j < hi {
-                        0.0
-                    } else {
-                        f32::NEG_INFINITY
-                    }
-                }));
-            }
-        }
-        Tensor::from_vec(mask, (lengths.len(), 1, n, len), &self.device)?.to_dtype(self.dtype)
     }
 
     fn run(&self, batch: &[&Tokens], pool: Pool) -> candle_core::Result<Vec<f32>> {
         let c = &self.spec;
         let eps = c.eps as f32;
+        let dev = &self.device;
         let (nq, nkv, d) = (c.query_heads, c.kv_heads, c.head_dim);
         let lengths: Vec<usize> = batch.iter().map(|t| t.ids.len()).collect();
-        let b = batch.len();
-        let len = lengths.iter().copied().max().unwrap_or(0);
-        // Right padding (token 0), masked out of every real token's view.
-        let ids: Vec<u32> = batch
-            .iter()
-            .flat_map(|t| {
-                t.ids
-                    .iter()
-                    .copied()
-                    .chain(std::iter::repeat_n(0, len - t.ids.len()))
-            })
-            .collect();
-        let ids = Tensor::from_vec(ids, b * len, &self.device)?;
-        let mut x = self
-            .embed
-            .index_select(&ids, 0)?
-            .reshape((b, len, c.hidden))?;
-        if let Some(scale) = self.embed_scale {
-            x = (x * scale)?;
-        }
-        let tables = c
-            .ropes
-            .iter()
-            .map(|&r| {
-                let (cos, sin) = rope_tables(r, d, len);
-                Ok((
-                    Tensor::from_vec(cos, (len, d / 2), &self.device)?.to_dtype(self.dtype)?,
-                    Tensor::from_vec(sin, (len, d / 2), &self.device)?.to_dtype(self.dtype)?,
-                ))
-            })
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        let chunk = (SCORE_BUDGET / (b * nq * len).max(1)).clamp(1, len.max(1));
-        for layer in &self.layers {
+        // NV-Embed's latent block pools every row.
+        let picks = picks(&lengths, pool).filter(|_| self.latent.is_none());
+        let (packed, mut x, tables) = stage("embeddings", dev, || {
+            let packed = Packed::new(&lengths, picks.as_deref(), dev)?;
+            let mut x = self.embed.index_select(&varlen::ids(batch, dev)?, 0)?;
+            if let Some(scale) = self.embed_scale {
+                x = (x * scale)?;
+            }
+            let tables = self
+                .ropes
+                .iter()
+                .map(|r| r.gather(&packed))
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            Ok((packed, x, tables))
+        })?;
+        let total = packed.total();
+        let last = self.layers.len().saturating_sub(1);
+        let mut picked = false;
+        for (l, layer) in self.layers.iter().enumerate() {
             let heads = c.heads(layer.kind, pool.mask);
-            let (cos, sin) = &tables[layer.kind.rope];
-            let hs = candle_nn::ops::rms_norm(&x, &layer.input_norm, eps)?;
-            let split = |proj: &CandleLinear,
-                         n: usize,
-                         norm: Option<&Tensor>|
-             -> candle_core::Result<Tensor> {
-                let t = proj.forward(&hs)?.reshape((b, len, n, d))?;
-                let t = match norm {
-                    Some(w) => candle_nn::ops::rms_norm(&t, w, eps)?,
-                    None => t,
+            let rope = &tables[layer.kind.rope];
+            let (q, k, v) = stage("qkv", dev, || {
+                let hs = candle_nn::ops::rms_norm(&x, &layer.input_norm, eps)?;
+                let split = |proj: &CandleLinear, n: usize, norm: Option<&Tensor>| {
+                    let t = proj.forward(&hs)?.reshape((total, n, d))?;
+                    match norm {
+                        Some(w) => candle_nn::ops::rms_norm(&t, w, eps),
+                        None => Ok(t),
+                    }
                 };
-                t.transpose(1, 2)?.contiguous()
-            };
-            let q = split(&layer.q, nq, layer.q_norm.as_ref())?;
-            let k = split(&layer.k, nkv, layer.k_norm.as_ref())?;
-            let v = split(&layer.v, nkv, None)?;
-            let q = candle_nn::rotary_emb::rope(&q, cos, sin)?;
-            let k = candle_nn::rotary_emb::rope(&k, cos, sin)?;
-            let k = candle_transformers::utils::repeat_kv(k, nq / nkv)?.contiguous()?;
-            let v = candle_transformers::utils::repeat_kv(v, nq / nkv)?.contiguous()?;
-            let kt = k.t()?;
-            let mut parts = Vec::new();
-            let mut c0 = 0;
-            while c0 < len {
-                let n = chunk.min(len - c0);
-                let mask = self.mask(heads, &lengths, len, c0, n)?;
-                let scores = (q.narrow(2, c0, n)?.matmul(&kt)? * f64::from(heads.scale))?
-                    .broadcast_add(&mask)?;
-                let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-                parts.push(probs.matmul(&v)?);
-                c0 += n;
+                Ok((
+                    varlen::rotate(&split(&layer.q, nq, layer.q_norm.as_ref())?, rope)?,
+                    varlen::rotate(&split(&layer.k, nkv, layer.k_norm.as_ref())?, rope)?,
+                    split(&layer.v, nkv, None)?,
+                ))
+            })?;
+            // The last layer goes on with the pooled rows only.
+            picked = picks.is_some() && l == last;
+            let context = stage("attention", dev, || {
+                packed.attend(self.kernel, heads, (&q, &k, &v), picked)
+            })?;
+            if picked {
+                x = packed.picked(&x)?;
             }
-            let context = Tensor::cat(&parts, 2)?
-                .transpose(1, 2)?
-                .reshape((b, len, nq * d))?;
-            let mut attended = layer.o.forward(&context)?;
-            if let Some(w) = &layer.attention_out_norm {
-                attended = candle_nn::ops::rms_norm(&attended, w, eps)?;
-            }
-            x = (x + attended)?;
-            let hs = candle_nn::ops::rms_norm(&x, &layer.feed_forward_norm, eps)?;
-            let gate = layer.gate.forward(&hs)?;
-            let gate = match c.activation {
-                Activation::Silu => candle_nn::ops::silu(&gate)?,
-                Activation::GeluTanh => gate.gelu()?,
-            };
-            let mut ff = layer.down.forward(&(gate * layer.up.forward(&hs)?)?)?;
-            if let Some(w) = &layer.feed_forward_out_norm {
-                ff = candle_nn::ops::rms_norm(&ff, w, eps)?;
-            }
-            x = (x + ff)?;
+            x = stage("attn-out", dev, || {
+                let mut attended = layer.o.forward(&context)?;
+                if let Some(w) = &layer.attention_out_norm {
+                    attended = candle_nn::ops::rms_norm(&attended, w, eps)?;
+                }
+                x.add(&attended)
+            })?;
+            x = stage("ffn", dev, || {
+                let hs = candle_nn::ops::rms_norm(&x, &layer.feed_forward_norm, eps)?;
+                let gate = layer.gate.forward(&hs)?;
+                let gate = match c.activation {
+                    Activation::Silu => candle_nn::ops::silu(&gate)?,
+                    Activation::GeluTanh => gate.gelu()?,
+                };
+                let mut ff = layer.down.forward(&(gate * layer.up.forward(&hs)?)?)?;
+                if let Some(w) = &layer.feed_forward_out_norm {
+                    ff = candle_nn::ops::rms_norm(&ff, w, eps)?;
+                }
+                x.add(&ff)
+            })?;
         }
-        let mut x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
-        if let Some(latent) = &self.latent {
-            x = latent.forward(&x)?;
-        }
-        pool_padded(&x, &lengths, pool)
+        stage("pool", dev, || {
+            let mut x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
+            if let Some(latent) = &self.latent {
+                x = latent.forward(&x.unsqueeze(0)?)?.squeeze(0)?;
+            }
+            packed.pool(&x, pool, picked)
+        })
     }
 }
 
 impl Model for CandleDecoder {
     fn forward(&self, batch: &[&Tokens], pool: Pool) -> Result<Vec<f32>> {
         self.run(batch, pool)
-            .map_err(|e| Error::Inference(e.to_string()))
+            .map_err(|e| varlen::inference_error(&e, batch))
     }
 }

@@ -17,7 +17,9 @@ pub(crate) mod gemma3;
 pub(crate) mod lora;
 pub(crate) mod mistral;
 pub(crate) mod nvembed;
+pub(crate) mod profile;
 pub(crate) mod qwen3;
+pub(crate) mod varlen;
 
 use std::path::Path;
 
@@ -25,7 +27,7 @@ use crate::config::Pooling;
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
 use crate::linear::{Arithmetic, INT8_KEPT, Plan};
-use crate::{Backend, Precision};
+use crate::{AttentionKernel, Backend, Precision};
 
 pub use bert::BertConfig;
 pub use gemma3::Gemma3Config;
@@ -270,13 +272,15 @@ fn native_plan(precision: Precision) -> (Plan, String) {
 }
 
 /// Loads `config`'s weights on the engine `backend` asks for, with the LoRA
-/// adapter of `task` merged where the model has adapters; returns the model
-/// and where it runs, in words.
+/// adapter of `task` merged where the model has adapters and the candle
+/// engine's attention `kernel` (or its default); returns the model and
+/// where it runs, in words (device, dtype and attention kernel).
 pub(crate) fn load(
     config: &ModelConfig,
     files: &ModelFiles,
     backend: Backend,
     precision: Precision,
+    kernel: Option<AttentionKernel>,
     task: Option<&str>,
 ) -> Result<(Box<dyn Model>, String)> {
     let (plan, precision_note) = native_plan(precision);
@@ -323,19 +327,37 @@ pub(crate) fn load(
             ),
         ))
     };
-    let candle = |device: &candle_core::Device| -> Result<Box<dyn Model>> {
-        Ok(match (config, &weights) {
-            (ModelConfig::Bert(c), _) => Box::new(bert::CandleBert::load(files, c, device)?),
+    // The candle engine computes in the precision's dtype, on the CPU too
+    // (where bf16 is slow, but checks the graph); int8 is the native
+    // engine's only, and the description says f32 ran.
+    let dtype = match precision {
+        Precision::Bf16 => candle_core::DType::BF16,
+        _ => candle_core::DType::F32,
+    };
+    let asked = kernel;
+    let kernel = asked.unwrap_or_else(|| AttentionKernel::default_for(backend, precision));
+    let candle = |device: &candle_core::Device| -> Result<(Box<dyn Model>, String)> {
+        let head_dim = match (config, &weights) {
+            (ModelConfig::Bert(c), _) => c.head_size(),
+            (_, Some((spec, _))) => spec.head_dim,
+            (_, None) => unreachable!("decoders have weights"),
+        };
+        // Refused before any weight loads.
+        let kernel = varlen::check_kernel(kernel, device, dtype, head_dim)?;
+        let model: Box<dyn Model> = match (config, &weights) {
+            (ModelConfig::Bert(c), _) => {
+                Box::new(bert::CandleBert::load(files, c, device, dtype, kernel)?)
+            }
             (_, Some((spec, w))) => {
-                // bf16 where the GPU does the arithmetic; the CPU graph stays
-                // f32 (it is the check of the native engine).
-                let dtype = if precision == Precision::Bf16 && device.is_cuda() {
-                    candle_core::DType::BF16
-                } else {
-                    candle_core::DType::F32
-                };
-                let mut model =
-                    decoder::CandleDecoder::load(files, w, spec, device, dtype, lora.as_ref())?;
+                let mut model = decoder::CandleDecoder::load(
+                    files,
+                    w,
+                    spec,
+                    device,
+                    dtype,
+                    kernel,
+                    lora.as_ref(),
+                )?;
                 if let ModelConfig::NvEmbed(c) = config {
                     model.latent = Some(nvembed::CandleLatent::load(
                         files, w, &c.latent, device, dtype,
@@ -344,16 +366,36 @@ pub(crate) fn load(
                 Box::new(model)
             }
             (_, None) => unreachable!("decoders have weights"),
-        })
+        };
+        let dtype = match precision {
+            Precision::Int8 => "f32: int8 runs on the native engine only".to_owned(),
+            _ => format!("{dtype:?}").to_lowercase(),
+        };
+        Ok((model, format!("candle, {dtype}, {kernel} attention")))
     };
+    if backend == Backend::Native && asked == Some(AttentionKernel::Flash) {
+        return Err(Error::Invalid(
+            "attention kernel flash: it runs on the candle engine (--backend cuda)".to_owned(),
+        ));
+    }
     let (model, device) = match backend {
         Backend::Native => native()?,
-        Backend::Candle => (
-            candle(&candle_core::Device::Cpu)?,
-            "cpu (candle)".to_owned(),
-        ),
+        Backend::Candle => {
+            let (model, what) = candle(&candle_core::Device::Cpu)?;
+            (model, format!("cpu ({what})"))
+        }
         Backend::Cuda => match candle_core::Device::new_cuda(0) {
-            Ok(device) => (candle(&device)?, "cuda:0 (candle)".to_owned()),
+            Ok(device) => {
+                let warm = warm_up(&device);
+                let (model, what) = candle(&device)?;
+                warm.finish();
+                (model, format!("cuda:0 ({what})"))
+            }
+            Err(e) if asked == Some(AttentionKernel::Flash) => {
+                return Err(Error::Invalid(format!(
+                    "attention kernel flash: no CUDA device could be used ({e})"
+                )));
+            }
             Err(e) => {
                 // Without the `cuda` feature candle's stand-in device answers
                 // that CUDA support is not compiled in.
@@ -454,32 +496,59 @@ pub(crate) fn pool_states(states: &[f32], lengths: &[usize], dim: usize, pool: P
     out
 }
 
-/// The same pooling on a candle batch of right-padded states
-/// (`batch × len × hidden`), as f32 values row after row.
-pub(crate) fn pool_padded(
-    states: &candle_core::Tensor,
-    lengths: &[usize],
-    pool: Pool,
-) -> candle_core::Result<Vec<f32>> {
-    use candle_core::{DType, IndexOp, Tensor};
-    let states = states.to_dtype(DType::F32)?;
-    let (batch, len, _) = states.dims3()?;
-    let mut rows = Vec::with_capacity(batch);
-    for (s, &n) in lengths.iter().enumerate() {
-        let row = match pool.pooling {
-            Pooling::Cls => states.i((s, pool.skip.min(n.saturating_sub(1))))?,
-            Pooling::LastToken => states.i((s, n.saturating_sub(1)))?,
-            Pooling::Mean => {
-                let from = pool.skip.min(n);
-                let mask: Vec<f32> = (0..len)
-                    .map(|t| f32::from(u8::from(t >= from && t < n)))
-                    .collect();
-                let mask = Tensor::from_vec(mask, (len, 1), states.device())?;
-                let sum = states.i(s)?.broadcast_mul(&mask)?.sum(0)?;
-                (sum / ((n - from).max(1) as f64))?
-            }
-        };
-        rows.push(row);
+/// The JIT compilation of candle's kernels on a CUDA device, started in the
+/// background while the weights load.
+///
+/// candle ships its element-wise, reduction and indexing kernels as PTX for
+/// one compute capability; the driver compiles each module the first time
+/// it is loaded (about 18 s on an H200 for the modules a model uses, one
+/// after another, under candle's lock) and caches the result on disk
+/// (`~/.nv/ComputeCache`, or `CUDA_CACHE_PATH`). Loading the modules here,
+/// each on its own thread, fills that cache in parallel, so candle's own
+/// loads find them compiled.
+struct WarmUp(Vec<std::thread::JoinHandle<()>>);
+
+impl WarmUp {
+    /// Waits for the compilation (a load that raced it would compile again).
+    fn finish(self) {
+        for handle in self.0 {
+            // A failed warm-up only costs time: candle compiles on demand.
+            let _ = handle.join();
+        }
     }
-    Tensor::stack(&rows, 0)?.flatten_all()?.to_vec1::<f32>()
+}
+
+#[cfg(feature = "cuda")]
+fn warm_up(device: &candle_core::Device) -> WarmUp {
+    let Ok(cuda) = device.as_cuda_device() else {
+        return WarmUp(Vec::new());
+    };
+    let context = cuda.cuda_stream().context().clone();
+    // The modules the graphs use (not conv, quantized or sort).
+    let modules = [
+        candle_kernels::AFFINE,
+        candle_kernels::BINARY,
+        candle_kernels::CAST,
+        candle_kernels::FILL,
+        candle_kernels::INDEXING,
+        candle_kernels::REDUCE,
+        candle_kernels::TERNARY,
+        candle_kernels::UNARY,
+    ];
+    WarmUp(
+        modules
+            .into_iter()
+            .map(|module| {
+                let context = context.clone();
+                std::thread::spawn(move || {
+                    let _ = context.load_module(cudarc::nvrtc::Ptx::from_src(module.ptx()));
+                })
+            })
+            .collect(),
+    )
+}
+
+#[cfg(not(feature = "cuda"))]
+fn warm_up(_device: &candle_core::Device) -> WarmUp {
+    WarmUp(Vec::new())
 }

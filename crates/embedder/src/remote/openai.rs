@@ -18,14 +18,13 @@
 
 use std::path::PathBuf;
 
-use base64::Engine as _;
 use serde_json::{Value, json};
 
-use super::pool::{Failure, Job, Pool, RunError};
-use super::{Connection, ServedModel, check_served};
 use crate::error::{Error, Result};
 use crate::tokenize::Tokenization;
 use crate::{EmbedStats, Embedder, EmbedderOptions, Embeddings, Kind, Prompts};
+use served::pool::{Failure, Job, Pool, RunError};
+use served::{Connection, ServedModel, check_served};
 
 /// The text whose vector identifies a served model: a run stores it with
 /// the vectors it caches and compares it at the start of the next.
@@ -263,76 +262,15 @@ impl RemoteEmbedder {
 
     /// One request's body for `inputs`.
     fn body(&self, inputs: &[Value]) -> Vec<u8> {
-        let mut body = json!({
-            "model": self.served,
-            "input": inputs,
-            "encoding_format": "base64",
-        });
-        if let Some(d) = self.dimensions {
-            body["dimensions"] = json!(d);
-        }
-        if self.raw {
-            // vLLM's own fields: the pooled vector as is, little-endian floats.
-            body["use_activation"] = json!(false);
-            body["endianness"] = json!("little");
-        }
-        serde_json::to_vec(&body).unwrap_or_default()
+        served::openai::embeddings_request(&self.served, inputs, self.dimensions, self.raw)
     }
 
-    /// Reads one answer: `data[i].embedding` (base64 or a list) in index order.
+    /// Reads one answer: see [`served::openai::parse_embeddings`].
     fn parse(
         answer: &[u8],
         count: usize,
     ) -> std::result::Result<(Vec<f32>, Option<usize>), String> {
-        let value: Value = serde_json::from_slice(answer).map_err(|e| format!("not JSON ({e})"))?;
-        let data = value
-            .get("data")
-            .and_then(Value::as_array)
-            .ok_or("no `data` list")?;
-        if data.len() != count {
-            return Err(format!("{} vectors for {count} inputs", data.len()));
-        }
-        let mut rows: Vec<(usize, Vec<f32>)> = Vec::with_capacity(count);
-        for (pos, item) in data.iter().enumerate() {
-            let index = item
-                .get("index")
-                .and_then(Value::as_u64)
-                .map_or(pos, |i| i as usize);
-            let vector = match item.get("embedding") {
-                Some(Value::String(b64)) => {
-                    let bytes = base64::engine::general_purpose::STANDARD
-                        .decode(b64)
-                        .map_err(|e| format!("embedding {index}: not base64 ({e})"))?;
-                    if bytes.len() % 4 != 0 {
-                        return Err(format!("embedding {index}: {} bytes", bytes.len()));
-                    }
-                    bytes
-                        .chunks_exact(4)
-                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                        .collect()
-                }
-                Some(Value::Array(values)) => values
-                    .iter()
-                    .map(|v| v.as_f64().map(|x| x as f32))
-                    .collect::<Option<Vec<f32>>>()
-                    .ok_or_else(|| format!("embedding {index}: not a list of numbers"))?,
-                _ => return Err(format!("item {pos} has no embedding")),
-            };
-            rows.push((index, vector));
-        }
-        rows.sort_by_key(|(i, _)| *i);
-        if rows.iter().enumerate().any(|(pos, (i, _))| pos != *i) {
-            return Err("the indexes of `data` are not 0..n".to_owned());
-        }
-        let dim = rows.first().map_or(0, |(_, v)| v.len());
-        if rows.iter().any(|(_, v)| v.len() != dim) || dim == 0 {
-            return Err("vectors of different widths".to_owned());
-        }
-        let tokens = value
-            .pointer("/usage/prompt_tokens")
-            .and_then(Value::as_u64)
-            .map(|n| n as usize);
-        Ok((rows.into_iter().flat_map(|(_, v)| v).collect(), tokens))
+        served::openai::parse_embeddings(answer, count)
     }
 
     /// The inputs of texts of `kind`: each as JSON, with its token count
@@ -392,7 +330,7 @@ impl RemoteEmbedder {
         lengths: &[Vec<usize>],
     ) -> Error {
         match error {
-            RunError::AllDown(down) => Error::Served(super::pool::all_down(
+            RunError::AllDown(down) => Error::Served(served::pool::all_down(
                 &format!("serving {:?}", self.served),
                 &down,
             )),
@@ -575,7 +513,7 @@ impl Embedder for RemoteEmbedder {
             })
             .map_err(|e| self.explain(e, &spans, &lengths))?;
         let seconds = started.elapsed().as_secs_f64().max(1e-9);
-        let mut notes = super::pool::notes(&stats, seconds);
+        let mut notes = served::pool::notes(&stats, seconds);
         if inexact > 0 {
             notes.push(format!(
                 "{inexact} cut texts tokenise back to other tokens than the native engine's (a word cut in its middle)"

@@ -371,3 +371,48 @@ fn written_files_read_back_identically() {
             .is_err()
     );
 }
+
+#[test]
+fn a_skill_ids_filter_keeps_its_skills_and_names_unknown_ids() {
+    let dir = data_dir(
+        SKILLS.as_bytes(),
+        QUERIES.as_bytes(),
+        Some(QRELS.as_bytes()),
+    );
+    let mut data = Dataset::load(dir.path(), "test").unwrap();
+    let filter = write(&dir, "keep.txt", b"# the subset\n\ns2\n");
+    assert_eq!(data.keep_skills(&filter).unwrap(), 1);
+    assert_eq!(data.skills[0].id, "s2");
+    // Queries and judgements stay whole, as the official evaluation keeps them.
+    assert_eq!(data.queries.len(), 2);
+    assert_eq!(data.qrels.get("q1").unwrap()["s1"], 1);
+
+    let mut data = Dataset::load(dir.path(), "test").unwrap();
+    let unknown = write(&dir, "unknown.txt", b"s1\ns9\n");
+    let d = input_error(data.keep_skills(&unknown));
+    assert_names(&d, &unknown, 2, "id");
+    assert!(d.message.contains("\"s9\""), "{d}");
+    assert_eq!(data.skills.len(), 2, "nothing kept on error");
+    let twice = write(&dir, "twice.txt", b"s1\ns1\n");
+    assert_names(&input_error(data.keep_skills(&twice)), &twice, 2, "id");
+    let empty = write(&dir, "empty.txt", b"# nothing\n");
+    let d = input_error(data.keep_skills(&empty));
+    assert!(d.to_string().contains("names no skill id"), "{d}");
+}
+
+#[test]
+fn skill_categories_load_where_the_records_carry_them() {
+    let skills = r##"{"id": "s1", "name": "pdf", "description": "Read PDFs.", "skill_md": "# PDF", "major": "documents", "sub": "pdf"}
+{"id": "s2", "name": "git", "description": "Use git.", "skill_md": "", "major": " ", "sub": null}
+"##;
+    let dir = data_dir(
+        skills.as_bytes(),
+        QUERIES.as_bytes(),
+        Some(QRELS.as_bytes()),
+    );
+    let data = Dataset::load(dir.path(), "test").unwrap();
+    assert_eq!(data.skills[0].major.as_deref(), Some("documents"));
+    assert_eq!(data.skills[0].sub.as_deref(), Some("pdf"));
+    assert_eq!(data.skills[1].major, None, "blank is none");
+    assert_eq!(data.skills[1].sub, None);
+}

@@ -6,4 +6,5 @@ pub(crate) mod eval;
 pub(crate) mod models;
 pub(crate) mod rerank;
 pub(crate) mod run;
+pub(crate) mod sweep;
 pub(crate) mod train;

@@ -34,6 +34,9 @@ pub(crate) fn run(args: &RerankArgs) -> Result<()> {
     if let Some(text) = &args.instruction {
         options = options.with_instruction(text);
     }
+    if let Some(kernel) = args.attention_kernel {
+        options = options.with_attention_kernel(kernel);
+    }
     let dir = model_dir(&args.model, args.revision.as_deref())?;
     let model = CrossEncoder::from_dir(&dir, options)
         .with_context(|| format!("loading the reranker {}", dir.display()))?;
@@ -44,16 +47,21 @@ pub(crate) fn run(args: &RerankArgs) -> Result<()> {
         .collect();
     let skills: HashMap<&str, &eval::Skill> =
         data.skills.iter().map(|s| (s.id.as_str(), s)).collect();
-    let pairs: usize = first
-        .query_ids()
-        .iter()
-        .map(|q| first.get(q).map_or(0, |d| d.len().min(args.top_n)))
-        .sum();
+    let pool = reranker::Pool {
+        depth: args.top_n,
+        oracle: args.oracle.then_some(&data.qrels),
+    };
+    let pairs = crate::stages::pool_pairs(&first, &pool);
     eprintln!(
-        "{}; {} queries, top {} → {pairs} pairs",
+        "{}; {} queries, top {}{} → {pairs} pairs",
         model.describe(),
         first.len(),
         args.top_n,
+        if args.oracle {
+            " and the gold skills (oracle)"
+        } else {
+            ""
+        },
     );
     let started = Instant::now();
     let bar = crate::progress::bar(pairs as u64, "reranking");
@@ -61,7 +69,7 @@ pub(crate) fn run(args: &RerankArgs) -> Result<()> {
         &first,
         &queries,
         &|id| skills.get(id).map(|s| s.text()),
-        args.top_n,
+        &pool,
         &|done| bar.set_position(done as u64),
     )?;
     bar.finish_and_clear();

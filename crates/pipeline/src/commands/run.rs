@@ -16,6 +16,7 @@ use rayon::prelude::*;
 
 use crate::cli::RunArgs;
 use crate::config::{Combine, IndexKind, Overrides, RetrieverKind, Settings};
+use crate::provenance;
 use crate::report::{self, Stage, StageTiming};
 use crate::stages::{self, Vectors, load_dataset, summary};
 
@@ -27,6 +28,10 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
             out: args.out.clone(),
             limit_queries: args.limit_queries,
             precision: args.precision.map(crate::commands::embed::precision),
+            attention_kernel: args.attention_kernel,
+            rerank_depth: args.rerank_depth,
+            top_n: args.top_n,
+            first_stage: args.first_stage.clone(),
         },
     )?;
     let mut timings: Vec<StageTiming> = Vec::new();
@@ -34,7 +39,12 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
     // Every model is found (downloaded where it comes from the Hub) and its
     // files checked before any work: a run fails in seconds, not after
     // hours of embedding.
-    let embedder_dir = match &settings.embedder {
+    // A given first stage replaces the embedder and the retriever.
+    let embedder = settings
+        .embedder
+        .as_ref()
+        .filter(|_| settings.first_stage.is_none());
+    let embedder_dir = match embedder {
         Some(e) => stages::model_dir_of(e.model.as_ref(), e.served.is_some(), "embedder")?,
         None => None,
     };
@@ -43,17 +53,26 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
         None => None,
     };
     // A Milvus server that is down fails the run now, not after embedding.
-    if let (IndexKind::Milvus, Some(params)) =
-        (settings.retriever.index, &settings.retriever.milvus)
-    {
+    if let (IndexKind::Milvus, Some(params), None) = (
+        settings.retriever.index,
+        &settings.retriever.milvus,
+        &settings.first_stage,
+    ) {
         index::milvus::check_server(params)?;
     }
     // Served models are checked (and a local embedder's key computed) before
     // any data is read or anything written.
-    let mut vectors = settings
-        .embedder
-        .as_ref()
+    let mut vectors = embedder
         .map(|e| Vectors::open(e, embedder_dir.as_deref()))
+        .transpose()?;
+    // The given first stage is read before any data or model loads.
+    let given = settings
+        .first_stage
+        .as_ref()
+        .map(|path| {
+            Run::read(path, &settings.split)
+                .with_context(|| format!("reading the first stage {}", path.display()))
+        })
         .transpose()?;
     let reranker = settings
         .reranker
@@ -65,9 +84,18 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
     }
 
     let started = Instant::now();
-    let data = load_dataset(&settings.data, &settings.split)?;
+    let mut data = load_dataset(&settings.data, &settings.split)?;
     for warning in &data.warnings {
         eprintln!("warning: {warning}");
+    }
+    if let Some(filter) = &settings.skill_ids_filter {
+        let kept = data
+            .keep_skills(filter)
+            .with_context(|| format!("{}: [data] skill_ids_filter", settings.path.display()))?;
+        eprintln!(
+            "data: {kept} skills kept by the filter {}",
+            filter.display()
+        );
     }
     let queries: Vec<&eval::Query> = {
         let mut q: Vec<&eval::Query> = data.queries.iter().collect();
@@ -98,14 +126,44 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
     ));
     summary(timings.last());
 
-    let retrieved = retrieve(
-        &settings,
-        vectors.as_mut(),
-        &doc_ids,
-        &doc_texts,
-        &queries,
-        &mut timings,
-    )?;
+    let retrieved = match given {
+        Some(run) => {
+            let started = Instant::now();
+            let mut first = Run::default();
+            for q in &queries {
+                if let Some(docs) = run.get(&q.id) {
+                    first.insert(q.id.clone(), docs.to_vec());
+                }
+            }
+            timings.push(StageTiming::new(
+                "first stage",
+                started,
+                format!(
+                    "{} queries of {} read from {}",
+                    first.len(),
+                    run.len(),
+                    settings
+                        .first_stage
+                        .as_ref()
+                        .map_or_else(String::new, |p| p.display().to_string())
+                ),
+            ));
+            summary(timings.last());
+            Retrieved {
+                run: first,
+                parts: Vec::new(),
+                index_recall: None,
+            }
+        }
+        None => retrieve(
+            &settings,
+            vectors.as_mut(),
+            &doc_ids,
+            &doc_texts,
+            &queries,
+            &mut timings,
+        )?,
+    };
     // A hybrid retriever's parts are stages of their own, so that the
     // report shows what each part and the fusion contribute.
     let mut stages: Vec<Stage> = retrieved
@@ -137,30 +195,35 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
             .map(|(id, t)| (&**id, t.as_str()))
             .collect();
         let first = &stages[retriever].run;
-        let pairs: usize = first
-            .query_ids()
-            .iter()
-            .map(|q| first.get(q).map_or(0, |d| d.len().min(rr.top_n)))
-            .sum();
+        let pool = reranker::Pool {
+            depth: rr.top_n,
+            oracle: rr.oracle.then_some(&data.qrels),
+        };
+        let pairs = stages::pool_pairs(first, &pool);
         let bar = crate::progress::bar(pairs as u64, "reranking");
         let reranked = model.rerank_run(
             first,
             &texts,
             &|id| by_id.get(id).map(|t| (*t).to_owned()),
-            rr.top_n,
+            &pool,
             &|done| bar.set_position(done as u64),
         )?;
         bar.finish_and_clear();
         let reranked = match rr.combine {
             Combine::Replace => reranked,
-            Combine::Interpolate => reranker::interpolate(first, &reranked, rr.top_n, rr.weight),
+            Combine::Interpolate => reranker::interpolate(first, &reranked, rr.weight),
         };
         let seconds = started.elapsed().as_secs_f64().max(1e-9);
         timings.push(StageTiming::new(
             "rerank",
             started,
             format!(
-                "{pairs} pairs, {:.1} pairs/s{}",
+                "{pairs} pairs{}, {:.1} pairs/s{}",
+                if rr.oracle {
+                    " (oracle: gold skills added)"
+                } else {
+                    ""
+                },
                 pairs as f64 / seconds,
                 match rr.combine {
                     Combine::Replace => String::new(),
@@ -190,7 +253,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
         &data.skills,
         &stages,
         retrieved.index_recall.as_ref(),
-        &timings,
+        &queries,
     )?;
     timings.push(StageTiming::new(
         "score+report",
@@ -199,6 +262,39 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
     ));
     summary(timings.last());
     report::write_timings(&settings.out, &timings)?;
+    let results = provenance::Results {
+        settings: &settings,
+        label: data.label(),
+        data: provenance::data(&settings)?,
+        embedder: match embedder {
+            Some(e) => e
+                .model
+                .as_ref()
+                .map(|m| provenance::model(m, embedder_dir.as_deref()))
+                .transpose()?,
+            None => None,
+        },
+        reranker: match &settings.reranker {
+            Some(r) => r
+                .model
+                .as_ref()
+                .map(|m| provenance::model(m, reranker_dir.as_deref()))
+                .transpose()?,
+            None => None,
+        },
+        device: provenance::device(
+            vectors
+                .as_ref()
+                .and_then(Vectors::loaded_description)
+                .as_deref(),
+            reranker.as_ref().map(|r| r.describe()).as_deref(),
+        ),
+        timings: &timings,
+        scores: &outputs.metrics,
+        breakdowns: &outputs.breakdowns,
+        changes: &outputs.changes,
+    };
+    report::write_json(&settings.out.join("results.json"), &results.to_json())?;
     println!("{}", outputs.table);
     eprintln!("outputs in {}", settings.out.display());
     Ok(())

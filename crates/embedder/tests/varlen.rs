@@ -1,0 +1,233 @@
+//! The candle engine's unpadded batches (the CUDA graph, run here on the CPU
+//! with `Backend::Candle`) equal the native engine for every family, on
+//! batches that mix lengths: a few tokens beside two thousand, so that
+//! padding, positions, the span bounds of every query and the sliding
+//! windows (far shorter than the long inputs in the TEST Gemma3, Mistral
+//! and NV-Embed models, both of Gemma3's bidirectional and causal rules)
+//! are all exercised, with mean, CLS and last-token pooling. Each vector is
+//! the same whether its input shares a batch with the others or runs alone,
+//! and bf16 through the same graph stays within cosine 0.999 (the families'
+//! bf16 bound). A kernel that cannot run is refused, naming why.
+//!
+//! Models: scripts/fetch-models.sh, scripts/make_qwen3_models.py,
+//! scripts/make_registry_models.py; texts: ../shared/skillret-sample.
+#![allow(clippy::unwrap_used)] // Test helpers fail loudly.
+
+mod common;
+
+use common::cosine;
+use embedder::{
+    Attention, AttentionKernel, Backend, EmbedderOptions, Embeddings, Kind, LocalEmbedder,
+    ModelConfig, Pooling, Precision,
+};
+
+const SCRIPT: &str = "scripts/fetch-models.sh && python3 scripts/make_qwen3_models.py && python3 scripts/make_registry_models.py";
+
+/// A model, and what the options select.
+struct Case {
+    dir: &'static str,
+    pooling: Option<Pooling>,
+    attention: Option<Attention>,
+}
+
+const fn case(dir: &'static str) -> Case {
+    Case {
+        dir,
+        pooling: None,
+        attention: None,
+    }
+}
+
+const CASES: [Case; 12] = [
+    // BERT (mean), and the same weights with CLS pooling (picked rows).
+    case("all-MiniLM-L6-v2"),
+    Case {
+        pooling: Some(Pooling::Cls),
+        ..case("all-MiniLM-L6-v2")
+    },
+    // XLM-R positions (from padding_idx + 1).
+    case("multilingual-e5-small"),
+    // Qwen3, causal, last token (picked rows).
+    case("test-qwen3-embedding"),
+    Case {
+        pooling: Some(Pooling::Mean),
+        ..case("test-qwen3-embedding")
+    },
+    // Gemma3: sliding windows of 16 (causal) and 40 → 21 a side
+    // (bidirectional) on some layers, full attention on the others.
+    case("test-gemma3-embedding"),
+    case("test-gemma3-bidirectional"),
+    // pplx-embed's bidirectional Qwen3, mean pooling.
+    case("test-pplx-embedding"),
+    // jina-embeddings-v5: LoRA merged.
+    case("test-jina-v5"),
+    // Mistral in a window of 24.
+    case("test-mistral-embedding"),
+    // NV-Embed: latent-attention pooling; official batches of 4 (causal in
+    // the window where lengths differ) and bidirectional.
+    case("test-nv-embed"),
+    Case {
+        attention: Some(Attention::Bidirectional),
+        ..case("test-nv-embed")
+    },
+];
+
+/// Texts from a few tokens to more than two thousand.
+fn texts() -> Option<Vec<String>> {
+    let sample = common::sample()?;
+    let (skills, _) = common::sample_texts(&sample);
+    let long: Vec<&str> = skills.iter().take(40).map(|(_, t)| t.as_str()).collect();
+    let mut texts = vec![
+        "pdf".to_owned(),
+        long.join("\n\n"),
+        skills[3].1.chars().take(200).collect(),
+    ];
+    texts.extend(skills.iter().skip(5).take(5).map(|(_, t)| t.clone()));
+    texts.push("merge two csv files".to_owned());
+    Some(texts)
+}
+
+fn options(case: &Case, backend: Backend, precision: Precision, batch: usize) -> EmbedderOptions {
+    let dir = common::root().join("models").join(case.dir);
+    let limit = ModelConfig::read(&dir.join("config.json"))
+        .unwrap()
+        .max_input_length();
+    let mut options = EmbedderOptions::default()
+        .with_max_length(limit.min(2048))
+        .with_backend(backend)
+        .with_precision(precision)
+        .with_batch_tokens(batch);
+    if let Some(p) = case.pooling {
+        options = options.with_pooling(p);
+    }
+    if let Some(a) = case.attention {
+        options = options.with_attention(a);
+    }
+    options
+}
+
+fn embed(case: &Case, options: EmbedderOptions, texts: &[String]) -> (Embeddings, String) {
+    let dir = common::root().join("models").join(case.dir);
+    let model = LocalEmbedder::from_dir(&dir, options).unwrap();
+    let lengths: Vec<usize> = model
+        .tokenize(texts, Kind::Document)
+        .unwrap()
+        .iter()
+        .map(Vec::len)
+        .collect();
+    let (shortest, longest) = (lengths.iter().min().unwrap(), lengths.iter().max().unwrap());
+    assert!(
+        *shortest <= 8 && *longest >= 500,
+        "{}: {lengths:?}",
+        case.dir
+    );
+    let description = model.device().to_owned();
+    (model.embed(texts, Kind::Document).unwrap(), description)
+}
+
+fn worst(a: &Embeddings, b: &Embeddings) -> f64 {
+    (0..a.len())
+        .map(|i| cosine(a.row(i), b.row(i)))
+        .fold(1.0, f64::min)
+}
+
+fn installed(case: &Case) -> bool {
+    common::model(case.dir, SCRIPT).is_some()
+}
+
+#[test]
+fn unpadded_candle_batches_equal_the_native_engine_for_every_family() {
+    let Some(texts) = texts() else { return };
+    for case in CASES.iter().filter(|c| installed(c)) {
+        let label = format!("{} {:?} {:?}", case.dir, case.pooling, case.attention);
+        // Everything in one batch, and each input alone.
+        let (native, _) = embed(
+            case,
+            options(case, Backend::Native, Precision::F32, 1 << 20),
+            &texts,
+        );
+        let (mixed, description) = embed(
+            case,
+            options(case, Backend::Candle, Precision::F32, 1 << 20),
+            &texts,
+        );
+        let (alone, _) = embed(
+            case,
+            options(case, Backend::Candle, Precision::F32, 1),
+            &texts,
+        );
+        assert!(
+            description.contains("f32, exact attention"),
+            "{label}: {description}"
+        );
+        let to_native = worst(&native, &mixed);
+        let to_alone = worst(&alone, &mixed);
+        eprintln!("{label}: candle f32 vs native {to_native:.9}, one batch vs alone {to_alone:.9}");
+        assert!(
+            to_native >= 0.99999,
+            "{label}: candle vs native {to_native}"
+        );
+        // NV-Embed's official attention depends on the batch by design.
+        if case.dir != "test-nv-embed" || case.attention.is_some() {
+            assert!(to_alone >= 0.999999, "{label}: batched vs alone {to_alone}");
+        }
+    }
+}
+
+#[test]
+fn bf16_through_the_candle_graph_stays_within_its_bound() {
+    let Some(texts) = texts() else { return };
+    for case in CASES.iter().filter(|c| installed(c)) {
+        let label = format!("{} {:?} {:?}", case.dir, case.pooling, case.attention);
+        let (native, _) = embed(
+            case,
+            options(case, Backend::Native, Precision::F32, 1 << 20),
+            &texts,
+        );
+        let (bf16, description) = embed(
+            case,
+            options(case, Backend::Candle, Precision::Bf16, 1 << 20),
+            &texts,
+        );
+        assert!(
+            description.contains("bf16, exact attention"),
+            "{label}: {description}"
+        );
+        let c = worst(&native, &bf16);
+        eprintln!("{label}: candle bf16 vs native f32 {c:.6}");
+        assert!(c >= 0.999, "{label}: bf16 {c}");
+    }
+}
+
+#[test]
+fn a_kernel_that_cannot_run_is_refused_naming_why() {
+    let case = case("all-MiniLM-L6-v2");
+    if !installed(&case) {
+        return;
+    }
+    let dir = common::root().join("models").join(case.dir);
+    let refused = |options: EmbedderOptions| {
+        LocalEmbedder::from_dir(&dir, options.with_attention_kernel(AttentionKernel::Flash))
+            .unwrap_err()
+            .to_string()
+    };
+    let cpu = refused(options(&case, Backend::Candle, Precision::Bf16, 8192));
+    let native = refused(options(&case, Backend::Native, Precision::F32, 8192));
+    for text in [&cpu, &native] {
+        assert!(text.contains("attention kernel flash"), "{text}");
+    }
+    if cfg!(feature = "flash-attn") {
+        assert!(cpu.contains("CUDA"), "{cpu}");
+    } else {
+        assert!(cpu.contains("flash-attn"), "{cpu}");
+    }
+    assert!(native.contains("candle engine"), "{native}");
+    // The exact kernel runs everywhere, named in the description.
+    let model = LocalEmbedder::from_dir(
+        &dir,
+        options(&case, Backend::Candle, Precision::F32, 8192)
+            .with_attention_kernel(AttentionKernel::Exact),
+    )
+    .unwrap();
+    assert_eq!(model.device(), "cpu (candle, f32, exact attention)");
+}
