@@ -24,7 +24,7 @@ Last, this CPU's peak rate for the instruction each of our paths is built on (f3
 bf16 dot, int8 dot) and the share of it our dense layers reach on the models' shapes
 (`examples/bench_linear`).
 
-    scripts/fetch-models.sh && cargo build --release -p pipeline && cargo build --release -p embedder --example bench_linear
+    scripts/fetch-models.sh && cargo build --release -p pipeline && cargo build --release -p engine --example bench_linear
     pip install torch==2.15.0 sentence-transformers==6.2.0 onnxruntime==1.32.0 onnx==1.23.2 onnxscript==0.7.2
     python3 scripts/bench_precision.py [--only minilm,e5,cross,peak] [--repeat 1]
 
@@ -361,7 +361,7 @@ def main():
     os.environ["RAYON_NUM_THREADS"] = str(args.threads)
     only = set(args.only.split(","))
     for path, hint in [(BIN, "cargo build --release -p pipeline"),
-                       (BENCH_LINEAR, "cargo build --release -p embedder --example bench_linear")]:
+                       (BENCH_LINEAR, "cargo build --release -p engine --example bench_linear")]:
         if not path.exists():
             sys.exit(f"{path} not found: run {hint}")
     import torch

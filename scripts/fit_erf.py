@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fits the rational erf of crates/embedder/src/kernels.rs: erf(x) ≈ x·P(x²)/Q(x²) on [0, 4].
+"""Fits the rational erf of crates/engine/src/kernels.rs: erf(x) ≈ x·P(x²)/Q(x²) on [0, 4].
 
 P has 7 coefficients (odd degree 13 in x), Q 5 (even degree 8, Q(0) = 1). The fit minimises the
 largest absolute error by Lawson's iteration (least squares, reweighted by the error) on the

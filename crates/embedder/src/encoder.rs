@@ -80,7 +80,7 @@ impl Encoder {
     ) -> Result<Self> {
         // An unknown or impossible SKILLRET_MAX_ISA stops here, before any
         // kernel runs.
-        crate::isa::check()?;
+        engine::isa::check()?;
         let files = ModelFiles::in_dir(dir)?;
         let config = ModelConfig::read(&files.config)?;
         if options.batch_tokens == 0 {

@@ -144,3 +144,13 @@ impl From<served::Error> for Error {
         }
     }
 }
+
+impl From<engine::Error> for Error {
+    /// The engine's refusals are invalid settings, with the same message.
+    fn from(e: engine::Error) -> Self {
+        match e {
+            engine::Error::Invalid(m) => Self::Invalid(m),
+            other => Self::Invalid(other.to_string()),
+        }
+    }
+}

@@ -37,19 +37,12 @@
 //! ```
 #![warn(missing_docs)]
 
-mod attention;
-mod bf16;
 pub mod config;
 pub mod convert;
 pub mod encoder;
 mod error;
-mod f32pack;
 pub mod files;
 pub mod hub;
-mod int8;
-pub mod isa;
-mod kernels;
-mod linear;
 pub mod models;
 pub mod remote;
 mod tokenize;
@@ -58,9 +51,9 @@ use std::path::Path;
 
 pub use config::{Pooling, SentenceTransformersConfig};
 pub use encoder::{Encoder, EncoderOptions};
+pub use engine::{Isa, Precision, isa};
 pub use error::{Error, Result};
 pub use files::{ModelFiles, TensorFile, Weights};
-pub use isa::Isa;
 pub use models::{
     Attention, BertConfig, Gemma3Config, MistralConfig, ModelConfig, Qwen3Config, SUPPORTED_TYPES,
     Tokens,
@@ -82,25 +75,6 @@ pub enum Backend {
     /// [`Precision::Bf16`] is asked for); otherwise the native CPU engine,
     /// and [`LocalEmbedder::device`] says so.
     Cuda,
-}
-
-/// Arithmetic of the native engine's linear layers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum Precision {
-    /// f32 throughout (matches sentence-transformers to cosine ≈ 1 − 1e-7).
-    #[default]
-    F32,
-    /// Linear layers in bfloat16 with f32 accumulation, on CPUs with
-    /// AVX-512 BF16 (elsewhere f32 is used, and [`LocalEmbedder::device`] says so).
-    Bf16,
-    /// Linear layers in int8 with i32 accumulation (weights quantised per
-    /// output channel at load, activations per token at run time), on CPUs
-    /// with AVX2 (`vpdpbusd` where the CPU has AVX-512 VNNI or AVX-VNNI,
-    /// else `vpmaddubsw`; the same sums either way); elsewhere f32 is used,
-    /// and [`LocalEmbedder::device`] says so. The CUDA backend runs f32.
-    Int8,
 }
 
 /// Whether the flash kernel's parity has been shown on a GPU by
@@ -171,19 +145,6 @@ impl std::str::FromStr for AttentionKernel {
                 "{other:?} is not an attention kernel (one of: {})",
                 Self::NAMES.join(", ")
             )),
-        }
-    }
-}
-
-impl Precision {
-    /// The arithmetic the native engine runs for this precision on this CPU:
-    /// itself where the CPU has the instructions, else f32. Caches key
-    /// vectors on it, so int8 or bf16 vectors never mix with f32 ones.
-    pub fn on_this_cpu(self) -> Self {
-        match self {
-            Self::Bf16 if !bf16::supported() => Self::F32,
-            Self::Int8 if !int8::supported() => Self::F32,
-            p => p,
         }
     }
 }
@@ -822,7 +783,3 @@ mod tests {
         assert_eq!(zero, [0.0, 0.0]);
     }
 }
-
-/// Entry points for the benchmarks of `examples/` (not a stable API).
-#[doc(hidden)]
-pub mod bench;

@@ -401,7 +401,7 @@ pub struct EmbedArgs {
     /// set the CPU has; SKILLRET_MAX_ISA = avx512 | avxvnni | avx2 | scalar
     /// caps it (the summary line names the level and the int8 kernel that
     /// ran). `cargo run
-    /// --release -p embedder --example bench_linear` shows each path's speed
+    /// --release -p engine --example bench_linear` shows each path's speed
     /// and this CPU's peaks.
     #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
     pub precision: PrecisionArg,

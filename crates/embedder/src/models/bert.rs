@@ -3,7 +3,7 @@
 //!
 //! Native engine: sequences of a batch are laid end to end (no padding); the
 //! linear layers run on every token at once (bias and residual folded into
-//! the product), attention is the tiled kernel of [`crate::attention`].
+//! the product), attention is the tiled kernel of [`engine::attention`].
 //! candle engine: the same layers as a candle graph on unpadded batches
 //! (`varlen.rs`), in f32 or bf16.
 
@@ -18,11 +18,11 @@ use super::profile::stage;
 use super::varlen::{self, Packed};
 use super::{Model, Pool, Reused, Tokens, gather_picked, picks, pool_states, sized};
 use crate::AttentionKernel;
-use crate::attention::{self, Heads, QkvLayout};
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
-use crate::kernels;
-use crate::linear::{Linear, Plan, ROW_BLOCK, Role};
+use engine::attention::{self, Heads, QkvLayout};
+use engine::kernels;
+use engine::linear::{Linear, Plan, ROW_BLOCK, Role};
 
 /// The BERT architecture, from `config.json`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -30,12 +30,12 @@ use super::profile::stage;
 use super::varlen::{self, Packed, RopeTables};
 use super::{Mask, Model, Pool, Reused, Tokens, gather_picked, picks, pool_states, sized};
 use crate::AttentionKernel;
-use crate::attention::{self, Heads, QkvLayout};
 use crate::config::Pooling;
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
-use crate::kernels;
-use crate::linear::{Arithmetic, Linear, Plan, ROW_BLOCK, Role};
+use engine::attention::{self, Heads, QkvLayout};
+use engine::kernels;
+use engine::linear::{Arithmetic, Linear, Plan, ROW_BLOCK, Role};
 
 /// The feed-forward's gate activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

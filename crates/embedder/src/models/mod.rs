@@ -26,8 +26,8 @@ use std::path::Path;
 use crate::config::Pooling;
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
-use crate::linear::{Arithmetic, INT8_KEPT, Plan};
 use crate::{AttentionKernel, Backend, Precision};
+use engine::linear::{Arithmetic, INT8_KEPT, Plan};
 
 pub use bert::BertConfig;
 pub use gemma3::Gemma3Config;
@@ -240,12 +240,12 @@ impl ModelConfig {
 fn native_plan(precision: Precision) -> (Plan, String) {
     let arithmetic = Arithmetic::from(precision.on_this_cpu());
     let plan = Plan::new(arithmetic);
-    let isa = crate::isa::active();
+    let isa = engine::isa::active();
     let missing = |what: &str, needs: &str| {
-        if isa < crate::isa::Isa::detected() {
+        if isa < engine::isa::Isa::detected() {
             format!(
                 "f32: {what} needs {needs}, capped at {isa} by {}",
-                crate::isa::ENV
+                engine::isa::ENV
             )
         } else {
             format!("f32: this CPU has no {needs} for {what}")
@@ -255,7 +255,7 @@ fn native_plan(precision: Precision) -> (Plan, String) {
         (Precision::Bf16, Arithmetic::F32) => missing("bf16", "AVX-512 BF16"),
         (Precision::Int8, Arithmetic::F32) => missing("int8", "AVX2"),
         (_, Arithmetic::Int8) => {
-            let kernel = crate::int8::Kernel::active().map_or("?", |k| k.name());
+            let kernel = engine::int8::Kernel::active().map_or("?", |k| k.name());
             let kept: Vec<String> = INT8_KEPT
                 .iter()
                 .map(|role| format!("{} in {:?}", role.name(), plan.of(*role)).to_lowercase())
@@ -323,7 +323,7 @@ pub(crate) fn load(
             model,
             format!(
                 "cpu (native, {precision_note}, {}, {threads} threads)",
-                crate::isa::active()
+                engine::isa::active()
             ),
         ))
     };

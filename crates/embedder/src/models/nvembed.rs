@@ -29,8 +29,9 @@ use super::Pool;
 use super::mistral::MistralConfig;
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
-use crate::kernels::{self, View};
-use crate::linear::{Linear, Plan, Role};
+use engine::kernels;
+use engine::linear::{Linear, Plan, Role};
+use engine::tile::View;
 
 /// Name prefix of the decoder's tensors.
 pub(crate) const PREFIXES: [&str; 1] = ["embedding_model."];

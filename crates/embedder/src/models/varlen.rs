@@ -31,9 +31,9 @@ use candle_core::{D, DType, Device, Tensor};
 use super::decoder::{Rope, rope_tables};
 use super::{Pool, Tokens};
 use crate::AttentionKernel;
-use crate::attention::Heads;
 use crate::config::Pooling;
 use crate::error::Error;
+use engine::attention::Heads;
 
 /// Attention scores held at once by the exact kernel, in elements (queries
 /// are processed in chunks).

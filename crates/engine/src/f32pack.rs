@@ -16,8 +16,8 @@
 use rayon::prelude::*;
 
 use crate::isa::{self, Isa};
-use crate::kernels::View;
-use crate::linear::{Post, packed_tasks};
+use crate::tile::View;
+use crate::tile::{Post, packed_tasks};
 
 /// Output columns of a panel.
 pub(crate) const NR: usize = 16;
@@ -354,7 +354,7 @@ mod avx2 {
                         _mm256_setzero_ps()
                     }
                 });
-                let depths = crate::kernels::transpose8(r);
+                let depths = crate::tile::transpose8(r);
                 let at = dst.add(p0 * MR);
                 for (i, v) in depths.iter().enumerate().take(7) {
                     _mm256_storeu_ps(at.add(i * MR), *v);

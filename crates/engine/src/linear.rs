@@ -7,87 +7,11 @@
 
 use rayon::prelude::*;
 
-use crate::kernels::{self, View, matmul};
-
-/// Work done on a layer's output rows right after the product (an
-/// activation), on each parallel task's rows while they are in cache.
-pub(crate) type Post<'a> = dyn Fn(&mut [f32]) + Sync + 'a;
-
-/// Rows of the output per parallel task of the packed (bf16, int8) kernels:
-/// sixteen of their 6-row tiles.
-pub(crate) const PACKED_ROWS_PER_TASK: usize = 96;
-
-/// What every packed product (bf16, int8) shares around its kernel: the
-/// shape checks, and the split of `c` (and of the residual) into parallel
-/// tasks of [`PACKED_ROWS_PER_TASK`] rows of `outputs`. `kernel(first_row,
-/// c_rows, residual_rows)` writes a task's rows; `post` then runs on them
-/// while they are in cache.
-pub(crate) fn packed_tasks(
-    c: &mut [f32],
-    outputs: usize,
-    bias: Option<&[f32]>,
-    residual: Option<&[f32]>,
-    post: Option<&Post>,
-    kernel: impl Fn(usize, &mut [f32], Option<&[f32]>) + Sync,
-) {
-    assert!(c.len().is_multiple_of(outputs), "c is not rows × outputs");
-    assert!(
-        bias.is_none_or(|b| b.len() == outputs),
-        "bias is not outputs wide"
-    );
-    assert!(
-        residual.is_none_or(|r| r.len() == c.len()),
-        "residual is not rows × outputs"
-    );
-    let task = PACKED_ROWS_PER_TASK * outputs;
-    c.par_chunks_mut(task).enumerate().for_each(|(i, c)| {
-        let residual = residual.map(|r| &r[i * task..i * task + c.len()]);
-        kernel(i * PACKED_ROWS_PER_TASK, c, residual);
-        if let Some(post) = post {
-            post(c);
-        }
-    });
-}
-
-/// The lanes of a 16-wide vector that hold `left` remaining values (all
-/// sixteen when at least that many remain).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-#[inline(always)]
-pub(crate) fn tail_mask(left: usize) -> u16 {
-    if left >= 16 {
-        0xffff
-    } else {
-        (1u16 << left) - 1
-    }
-}
-
-/// Where a packed kernel's epilogue starts a row's 16 columns: the bias
-/// vector, plus the residual's lanes at `at` where there is one.
-///
-/// # Safety
-/// The masked lanes `at..at + 16` of `residual` lie inside it, and the CPU
-/// has AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[inline]
-pub(crate) unsafe fn epilogue_start(
-    bias: std::arch::x86_64::__m512,
-    residual: Option<&[f32]>,
-    at: usize,
-    mask: u16,
-) -> std::arch::x86_64::__m512 {
-    use std::arch::x86_64::*;
-    match residual {
-        // SAFETY: the caller's contract.
-        Some(res) => _mm512_add_ps(bias, unsafe {
-            _mm512_maskz_loadu_ps(mask, res.as_ptr().add(at))
-        }),
-        None => bias,
-    }
-}
+use crate::kernels::{self, matmul};
+use crate::tile::{Post, View};
 
 /// Rows per parallel task of the row-wise kernels.
-pub(crate) const ROW_BLOCK: usize = 64;
+pub const ROW_BLOCK: usize = 64;
 
 impl From<crate::Precision> for Arithmetic {
     fn from(precision: crate::Precision) -> Self {
@@ -102,7 +26,7 @@ impl From<crate::Precision> for Arithmetic {
 /// The role of a linear layer in a transformer block, as [`Plan`] tells them
 /// apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
+pub enum Role {
     /// Query, key and value (one stacked product).
     AttentionIn,
     /// The attention's output projection.
@@ -116,7 +40,7 @@ pub(crate) enum Role {
 
 impl Role {
     /// The role in words.
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::AttentionIn => "query/key/value",
             Self::AttentionOut => "attention output",
@@ -128,19 +52,19 @@ impl Role {
 
 /// Which arithmetic each linear layer of a model gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Plan {
+pub struct Plan {
     arithmetic: Arithmetic,
 }
 
 impl Plan {
     /// Every layer in `arithmetic` (int8 keeps [`INT8_KEPT`] in bf16 or
     /// f32); the caller checks CPU support.
-    pub(crate) fn new(arithmetic: Arithmetic) -> Self {
+    pub fn new(arithmetic: Arithmetic) -> Self {
         Self { arithmetic }
     }
 
     /// The arithmetic of layers of `role`.
-    pub(crate) fn of(&self, role: Role) -> Arithmetic {
+    pub fn of(&self, role: Role) -> Arithmetic {
         match self.arithmetic {
             Arithmetic::Int8 if INT8_KEPT.contains(&role) => {
                 if crate::bf16::supported() {
@@ -162,16 +86,33 @@ impl Plan {
 /// query/key/value 0.0017 (LayerNorm outliers in its input); keeping these
 /// two in bf16 gives 0.9994. Per-group scales (64 inputs) or data-free
 /// smoothing did not reach 0.999 with them in int8.
-pub(crate) const INT8_KEPT: &[Role] = &[Role::AttentionIn, Role::FeedForwardOut];
+pub const INT8_KEPT: &[Role] = &[Role::AttentionIn, Role::FeedForwardOut];
 
 /// A dense layer.
-pub(crate) struct Linear {
+pub struct Linear {
     /// `outputs × inputs`, row-major, until packed.
     weight: Vec<f32>,
     bias: Option<Vec<f32>>,
     inputs: usize,
     outputs: usize,
     packed: Packed,
+}
+
+impl std::fmt::Debug for Linear {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let packed = match &self.packed {
+            Packed::None => "f32 as stored",
+            Packed::Bf16(_) => "bf16 panels",
+            Packed::Int8(_) => "int8 panels",
+            Packed::F32(_) => "f32 panels",
+        };
+        f.debug_struct("Linear")
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .field("bias", &self.bias.is_some())
+            .field("packed", &packed)
+            .finish()
+    }
 }
 
 /// The weight as the product reads it.
@@ -188,7 +129,7 @@ enum Packed {
 
 /// The arithmetic of a linear layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Arithmetic {
+pub enum Arithmetic {
     /// f32 (the `gemm` crate).
     F32,
     /// bfloat16 products, f32 sums (needs [`crate::bf16::supported`]).
@@ -200,12 +141,7 @@ pub(crate) enum Arithmetic {
 
 impl Linear {
     /// A layer from its weight as stored (`outputs × inputs`, row-major).
-    pub(crate) fn new(
-        weight: Vec<f32>,
-        bias: Option<Vec<f32>>,
-        inputs: usize,
-        outputs: usize,
-    ) -> Self {
+    pub fn new(weight: Vec<f32>, bias: Option<Vec<f32>>, inputs: usize, outputs: usize) -> Self {
         assert_eq!(
             weight.len(),
             inputs * outputs,
@@ -225,7 +161,7 @@ impl Linear {
 
     /// Layers over the same inputs stacked into one (their outputs side by
     /// side, in order): one product instead of several.
-    pub(crate) fn stack(parts: Vec<Linear>) -> Self {
+    pub fn stack(parts: Vec<Linear>) -> Self {
         let inputs = parts[0].inputs;
         assert!(
             parts
@@ -249,19 +185,13 @@ impl Linear {
     }
 
     /// `out = (residual or 0) + (bias or 0) + x·Wᵀ` for `tokens` rows.
-    pub(crate) fn forward(
-        &self,
-        x: &[f32],
-        tokens: usize,
-        out: &mut [f32],
-        residual: Option<&[f32]>,
-    ) {
+    pub fn forward(&self, x: &[f32], tokens: usize, out: &mut [f32], residual: Option<&[f32]>) {
         self.forward_then(x, tokens, out, residual, None);
     }
 
     /// [`Linear::forward`], then `post` on the output rows (in blocks of
     /// whole rows, while they are in cache where the kernel allows).
-    pub(crate) fn forward_then(
+    pub fn forward_then(
         &self,
         x: &[f32],
         tokens: usize,
@@ -336,11 +266,11 @@ impl Linear {
     /// unless it is f32, the f32 weight is dropped.
     /// Whether the weight is packed for one of this crate's kernels (which
     /// cost nothing per call); the `gemm` crate packs it on every call.
-    pub(crate) fn is_packed(&self) -> bool {
+    pub fn is_packed(&self) -> bool {
         !matches!(self.packed, Packed::None)
     }
 
-    pub(crate) fn prepare(&mut self, arithmetic: Arithmetic) {
+    pub fn prepare(&mut self, arithmetic: Arithmetic) {
         let (inputs, outputs) = (self.inputs, self.outputs);
         self.packed = match arithmetic {
             // The `gemm` crate reads the weight as stored at the AVX-512 level.

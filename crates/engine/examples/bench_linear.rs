@@ -1,7 +1,7 @@
 //! This CPU's arithmetic peaks, and how close the native engine's dense
 //! layers come to them on the shapes of the models.
 //!
-//!     cargo run --release -p embedder --example bench_linear [-- rows]
+//!     cargo run --release -p engine --example bench_linear [-- rows]
 //!
 //! First the peak of each instruction this CPU has that the kernels are
 //! built on, over all of rayon's threads (registers only): `vfmadd231ps` on
@@ -20,8 +20,8 @@
 
 use std::time::Instant;
 
-use embedder::Precision;
-use embedder::bench::{Dense, Instruction, peak_gops, supported};
+use engine::Precision;
+use engine::bench::{Dense, Instruction, peak_gops, supported};
 
 const PATHS: [(&str, Precision); 3] = [
     ("f32", Precision::F32),
@@ -40,7 +40,7 @@ fn main() {
         }
     }
     let threads = rayon::current_num_threads();
-    let level = embedder::isa::check().unwrap_or_else(|e| panic!("{e}"));
+    let level = engine::isa::check().unwrap_or_else(|e| panic!("{e}"));
     let peaks: Vec<(Instruction, f64)> = Instruction::ALL
         .into_iter()
         .filter_map(|instruction| {

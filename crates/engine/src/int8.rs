@@ -34,14 +34,14 @@
 use rayon::prelude::*;
 
 use crate::isa::Isa;
-use crate::linear::{PACKED_ROWS_PER_TASK, Post, packed_tasks};
+use crate::tile::{PACKED_ROWS_PER_TASK, Post, packed_tasks};
 
 /// Inputs per step of the kernels (four bytes per 32-bit lane).
 const GROUP: usize = 4;
 
 /// An int8 micro-kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kernel {
+pub enum Kernel {
     /// `vpdpbusd` on 512-bit registers (AVX-512 VNNI).
     Avx512Vnni,
     /// `vpdpbusd` on 256-bit registers (AVX-VNNI).
@@ -52,10 +52,10 @@ pub(crate) enum Kernel {
 
 impl Kernel {
     /// Every kernel, fastest first.
-    pub(crate) const ALL: [Kernel; 3] = [Kernel::Avx512Vnni, Kernel::AvxVnni, Kernel::Avx2];
+    pub const ALL: [Kernel; 3] = [Kernel::Avx512Vnni, Kernel::AvxVnni, Kernel::Avx2];
 
     /// The kernel the active level runs (`None`: int8 falls back to f32).
-    pub(crate) fn active() -> Option<Kernel> {
+    pub fn active() -> Option<Kernel> {
         Self::ALL
             .into_iter()
             .find(|k| crate::isa::allows(k.level()) && k.on_this_cpu())
@@ -71,7 +71,7 @@ impl Kernel {
     }
 
     /// Whether this CPU has its instructions (whatever the cap).
-    pub(crate) fn on_this_cpu(self) -> bool {
+    pub fn on_this_cpu(self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
             self.level().available()
@@ -84,7 +84,7 @@ impl Kernel {
     }
 
     /// The kernel in words (run summaries).
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::Avx512Vnni => "avx512 vnni",
             Self::AvxVnni => "avx-vnni",
@@ -119,13 +119,13 @@ impl Kernel {
 }
 
 /// Whether the int8 kernels run at the active level.
-pub(crate) fn supported() -> bool {
+pub fn supported() -> bool {
     Kernel::active().is_some()
 }
 
 /// A weight matrix `W` (`outputs × inputs`, row-major as stored) quantised
 /// per output channel and packed for `x · Wᵀ` on one kernel.
-pub(crate) struct PackedWeight {
+pub struct PackedWeight {
     kernel: Kernel,
     data: Vec<i8>,
     /// Per output: the dequantisation scale.
@@ -139,16 +139,26 @@ pub(crate) struct PackedWeight {
     outputs: usize,
 }
 
+impl std::fmt::Debug for PackedWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedWeight")
+            .field("kernel", &self.kernel)
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .finish_non_exhaustive()
+    }
+}
+
 impl PackedWeight {
     /// Quantises and packs a weight as stored (`outputs × inputs`,
     /// row-major) for the active kernel ([`supported`] must hold).
-    pub(crate) fn pack(weight: &[f32], inputs: usize, outputs: usize) -> Self {
+    pub fn pack(weight: &[f32], inputs: usize, outputs: usize) -> Self {
         let kernel = Kernel::active().expect("the int8 path runs at this level");
         Self::pack_for(kernel, weight, inputs, outputs)
     }
 
     /// [`PackedWeight::pack`] for `kernel` (which this CPU must have).
-    pub(crate) fn pack_for(kernel: Kernel, weight: &[f32], inputs: usize, outputs: usize) -> Self {
+    pub fn pack_for(kernel: Kernel, weight: &[f32], inputs: usize, outputs: usize) -> Self {
         assert_eq!(
             weight.len(),
             inputs * outputs,
@@ -282,7 +292,7 @@ fn quantise_row(kernel: Kernel, dst: &mut [u8], row: &[f32]) -> f32 {
 /// `rows × inputs` f32 (row-major); `c` and `residual` are `rows × outputs`
 /// f32 (row-major), `bias` is `outputs` wide. `c` is only written. `post`
 /// then runs on each parallel task's rows of `c` while they are in cache.
-pub(crate) fn matmul(
+pub fn matmul(
     c: &mut [f32],
     a: &[f32],
     rows: usize,
@@ -406,7 +416,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{GROUP, Kernel, Tile, step_of};
-    use crate::linear::{epilogue_start, tail_mask};
+    use crate::tile::{epilogue_start, tail_mask};
 
     /// Runs `kernel` on a tile of `rows` rows.
     ///

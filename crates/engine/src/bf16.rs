@@ -13,9 +13,9 @@
 
 use rayon::prelude::*;
 
-use crate::linear::{PACKED_ROWS_PER_TASK, Post, packed_tasks};
+use crate::tile::{PACKED_ROWS_PER_TASK, Post, packed_tasks};
 #[cfg(target_arch = "x86_64")]
-use crate::linear::{epilogue_start, tail_mask};
+use crate::tile::{epilogue_start, tail_mask};
 
 /// Output columns of a packed panel.
 const PANEL: usize = 64;
@@ -23,7 +23,7 @@ const PANEL: usize = 64;
 const MR: usize = 6;
 
 /// Whether this CPU runs the bf16 kernels.
-pub(crate) fn supported() -> bool {
+pub fn supported() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         crate::isa::avx512() && std::is_x86_feature_detected!("avx512bf16")
@@ -45,7 +45,7 @@ fn to_bf16(x: f32) -> u16 {
 
 /// A weight matrix `W` (`outputs × inputs`, row-major as stored) packed for
 /// `x · Wᵀ` in bf16.
-pub(crate) struct PackedWeight {
+pub struct PackedWeight {
     data: Vec<u16>,
     /// Input pairs (inputs rounded up to even, halved).
     pairs: usize,
@@ -53,9 +53,18 @@ pub(crate) struct PackedWeight {
     outputs: usize,
 }
 
+impl std::fmt::Debug for PackedWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedWeight")
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .finish_non_exhaustive()
+    }
+}
+
 impl PackedWeight {
     /// Packs a weight as stored (`outputs × inputs`, row-major).
-    pub(crate) fn pack(weight: &[f32], inputs: usize, outputs: usize) -> Self {
+    pub fn pack(weight: &[f32], inputs: usize, outputs: usize) -> Self {
         assert_eq!(
             weight.len(),
             inputs * outputs,
@@ -91,7 +100,7 @@ impl PackedWeight {
 /// `rows × inputs` f32 (row-major); `c` and `residual` are `rows × outputs`
 /// f32 (row-major), `bias` is `outputs` wide. `c` is only written. `post`
 /// then runs on each parallel task's rows of `c` while they are in cache.
-pub(crate) fn matmul(
+pub fn matmul(
     c: &mut [f32],
     a: &[f32],
     rows: usize,

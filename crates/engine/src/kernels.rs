@@ -5,54 +5,13 @@
 
 use gemm::Parallelism;
 
-/// A strided view of a row-major or transposed matrix inside a slice.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct View<'a> {
-    pub(crate) data: &'a [f32],
-    pub(crate) rows: usize,
-    pub(crate) cols: usize,
-    /// Step between rows.
-    pub(crate) rs: usize,
-    /// Step between columns.
-    pub(crate) cs: usize,
-}
-
-impl<'a> View<'a> {
-    /// A row-major matrix with leading dimension `ld`.
-    pub(crate) fn rows(data: &'a [f32], rows: usize, cols: usize, ld: usize) -> Self {
-        Self {
-            data,
-            rows,
-            cols,
-            rs: ld,
-            cs: 1,
-        }
-    }
-
-    /// The transpose of a row-major `cols × rows` matrix with leading dimension `ld`.
-    pub(crate) fn transposed(data: &'a [f32], rows: usize, cols: usize, ld: usize) -> Self {
-        Self {
-            data,
-            rows,
-            cols,
-            rs: 1,
-            cs: ld,
-        }
-    }
-
-    fn check(&self, what: &str) {
-        if self.rows > 0 && self.cols > 0 {
-            let last = (self.rows - 1) * self.rs + (self.cols - 1) * self.cs;
-            assert!(last < self.data.len(), "{what} view out of bounds");
-        }
-    }
-}
+use crate::tile::View;
 
 /// `dst = (accumulate ? dst : 0) + lhs · rhs`, with `dst` row-major
 /// (`m × n`, leading dimension `ldd`). Bounds are checked before the
 /// unchecked product runs. The `gemm` crate at the AVX-512 level, the
 /// packed kernels of [`crate::f32pack`] below it.
-pub(crate) fn matmul(
+pub fn matmul(
     dst: &mut [f32],
     ldd: usize,
     lhs: View<'_>,
@@ -228,7 +187,7 @@ fn tanh(x: f32) -> f32 {
 
 multiversion! {
     /// GELU in place: exact (erf) or the tanh approximation.
-    pub(crate) fn gelu(xs: &mut [f32], tanh_form: bool) {
+    pub fn gelu(xs: &mut [f32], tanh_form: bool) {
         if tanh_form {
             const C: f32 = 0.797_884_6; // sqrt(2 / pi)
             for x in xs.iter_mut() {
@@ -246,7 +205,7 @@ multiversion! {
 
 multiversion! {
     /// Multiplies each `width`-wide row `r` of a strided matrix by `factors[r]`.
-    pub(crate) fn scale_rows(xs: &mut [f32], stride: usize, width: usize, factors: &[f32]) {
+    pub fn scale_rows(xs: &mut [f32], stride: usize, width: usize, factors: &[f32]) {
         for (r, &f) in factors.iter().enumerate() {
             for v in &mut xs[r * stride..r * stride + width] {
                 *v *= f;
@@ -257,7 +216,7 @@ multiversion! {
 
 multiversion! {
     /// LayerNorm of each `width`-wide row of `xs`, in place.
-    pub(crate) fn layer_norm(xs: &mut [f32], width: usize, weight: &[f32], bias: &[f32], eps: f32) {
+    pub fn layer_norm(xs: &mut [f32], width: usize, weight: &[f32], bias: &[f32], eps: f32) {
         let n = width as f32;
         for row in xs.chunks_exact_mut(width) {
             let mut lanes = [0.0f32; LANES];
@@ -289,7 +248,7 @@ multiversion! {
 multiversion! {
     /// RMSNorm of each `width`-wide row of `xs`, in place:
     /// `x · w / sqrt(mean(x²) + eps)`, as transformers' `Qwen3RMSNorm` (in f32).
-    pub(crate) fn rms_norm(xs: &mut [f32], width: usize, weight: &[f32], eps: f32) {
+    pub fn rms_norm(xs: &mut [f32], width: usize, weight: &[f32], eps: f32) {
         let n = width as f32;
         for row in xs.chunks_exact_mut(width) {
             let mut lanes = [0.0f32; LANES];
@@ -313,7 +272,7 @@ multiversion! {
     /// GeGLU with the tanh approximation of GELU (Gemma's
     /// `gelu_pytorch_tanh`): `out[i] = gelu(gate[i]) · up[i]` for each row of
     /// `gate_up` (`gate` then `up`, each `width` wide) into the rows of `out`.
-    pub(crate) fn gelu_tanh_mul(gate_up: &[f32], out: &mut [f32], width: usize) {
+    pub fn gelu_tanh_mul(gate_up: &[f32], out: &mut [f32], width: usize) {
         const C: f32 = 0.797_884_6; // sqrt(2 / pi)
         for (row, out) in gate_up.chunks_exact(2 * width).zip(out.chunks_exact_mut(width)) {
             let (gate, up) = row.split_at(width);
@@ -327,7 +286,7 @@ multiversion! {
 multiversion! {
     /// SwiGLU: `out[i] = silu(gate[i]) · up[i]` for each row of `gate_up`
     /// (`gate` then `up`, each `width` wide) into the rows of `out`.
-    pub(crate) fn silu_mul(gate_up: &[f32], out: &mut [f32], width: usize) {
+    pub fn silu_mul(gate_up: &[f32], out: &mut [f32], width: usize) {
         for (row, out) in gate_up.chunks_exact(2 * width).zip(out.chunks_exact_mut(width)) {
             let (gate, up) = row.split_at(width);
             for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
@@ -343,7 +302,7 @@ multiversion! {
 /// `max` updated with this block; `sum` becomes `sum·α + Σ row`. Returns `α =
 /// exp((m − m′)·scale)`, the factor by which the row's partial output must be
 /// scaled before this block's `P·V` is added.
-pub(crate) fn online_softmax(
+pub fn online_softmax(
     row: &mut [f32],
     valid: usize,
     scale: f32,
@@ -462,41 +421,6 @@ mod avx512 {
         *sum = sum.mul_add(alpha, _mm512_reduce_add_ps(total));
         alpha
     }
-}
-
-/// The 8 × 8 transpose of eight 8-lane rows: lane `j` of vector `i` of the
-/// result is lane `i` of row `j` (pairs, then quads, then halves).
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx")]
-pub(crate) fn transpose8(r: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
-    use std::arch::x86_64::*;
-    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-    [
-        _mm256_permute2f128_ps::<0x20>(u0, u4),
-        _mm256_permute2f128_ps::<0x20>(u1, u5),
-        _mm256_permute2f128_ps::<0x20>(u2, u6),
-        _mm256_permute2f128_ps::<0x20>(u3, u7),
-        _mm256_permute2f128_ps::<0x31>(u0, u4),
-        _mm256_permute2f128_ps::<0x31>(u1, u5),
-        _mm256_permute2f128_ps::<0x31>(u2, u6),
-        _mm256_permute2f128_ps::<0x31>(u3, u7),
-    ]
 }
 
 /// The AVX2 + FMA forms of [`avx512`]'s kernels, eight lanes at a time.
@@ -677,7 +601,7 @@ multiversion! {
 
 multiversion! {
     /// `dst[i] = a[i] + b[i]` over the whole slices (equal lengths).
-    pub(crate) fn add(dst: &mut [f32], a: &[f32], b: &[f32]) {
+    pub fn add(dst: &mut [f32], a: &[f32], b: &[f32]) {
         for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
             *d = x + y;
         }

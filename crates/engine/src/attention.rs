@@ -10,7 +10,8 @@
 
 use rayon::prelude::*;
 
-use crate::kernels::{self, View, matmul};
+use crate::kernels::{self, matmul};
+use crate::tile::View;
 
 /// Query rows of a tile.
 const QUERY_BLOCK: usize = 64;
@@ -22,26 +23,26 @@ const _: () = assert!(fast::KEYS > QUERY_BLOCK + 16 && KEY_BLOCK > QUERY_BLOCK +
 
 /// The heads of an attention layer.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Heads {
+pub struct Heads {
     /// Query heads.
-    pub(crate) query: usize,
+    pub query: usize,
     /// Key/value heads (`query` is a multiple of it).
-    pub(crate) kv: usize,
+    pub kv: usize,
     /// Width of one head.
-    pub(crate) dim: usize,
+    pub dim: usize,
     /// Whether token t sees only tokens ≤ t (decoders).
-    pub(crate) causal: bool,
+    pub causal: bool,
     /// A sliding window of `w`: token t sees tokens within `w − 1` of it
     /// (`t − w < j`, and `j < t + w` where not causal), as transformers'
     /// sliding-window masks do.
-    pub(crate) window: Option<usize>,
+    pub window: Option<usize>,
     /// The factor of `Q·Kᵀ` (`1/√dim` unless the model says otherwise).
-    pub(crate) scale: f32,
+    pub scale: f32,
 }
 
 impl Heads {
     /// Heads of width `dim` with the usual scale, no window.
-    pub(crate) fn new(query: usize, kv: usize, dim: usize, causal: bool) -> Self {
+    pub fn new(query: usize, kv: usize, dim: usize, causal: bool) -> Self {
         Self {
             query,
             kv,
@@ -54,7 +55,7 @@ impl Heads {
 
     /// The keys `lo..hi` that the query at position `i` of a sequence of
     /// `len` tokens sees.
-    pub(crate) fn span(&self, i: usize, len: usize) -> (usize, usize) {
+    pub fn span(&self, i: usize, len: usize) -> (usize, usize) {
         let hi = if self.causal { i + 1 } else { len };
         match self.window {
             None => (0, hi),
@@ -65,20 +66,20 @@ impl Heads {
 
 /// Where Q, K and V sit in each row of the fused projection.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct QkvLayout {
+pub struct QkvLayout {
     /// Width of a row (`(query + 2·kv)·dim` for a fused QKV product).
-    pub(crate) stride: usize,
+    pub stride: usize,
     /// Column of Q's first head.
-    pub(crate) q: usize,
+    pub q: usize,
     /// Column of K's first head.
-    pub(crate) k: usize,
+    pub k: usize,
     /// Column of V's first head.
-    pub(crate) v: usize,
+    pub v: usize,
 }
 
 impl QkvLayout {
     /// Q, K and V side by side, as a fused projection lays them out.
-    pub(crate) fn fused(heads: Heads) -> Self {
+    pub fn fused(heads: Heads) -> Self {
         let q = heads.query * heads.dim;
         let kv = heads.kv * heads.dim;
         Self {
@@ -102,7 +103,7 @@ impl QkvLayout {
 /// With `picks`, only one query per sequence, at position `picks[s]` of
 /// sequence `s` (the row a CLS or last-token pooling keeps): `out` then holds
 /// one row per sequence, the same values as that row of the full output.
-pub(crate) fn attention(
+pub fn attention(
     heads: Heads,
     lengths: &[usize],
     picks: Option<&[usize]>,
@@ -123,7 +124,7 @@ pub(crate) fn attention(
     );
 }
 
-pub(crate) use fast::Packed;
+pub use fast::Packed;
 
 #[allow(clippy::too_many_arguments)]
 fn run(
@@ -425,11 +426,20 @@ mod fast {
     /// Keys of every sequence and key/value head of a batch, in blocks of
     /// 16: `[block][c][16]` (zeros past the last key).
     #[derive(Default)]
-    pub(crate) struct Packed {
+    pub struct Packed {
         keys: Vec<f32>,
         /// Per (sequence, kv head): start of its keys.
         offsets: Vec<usize>,
         kv: usize,
+    }
+
+    impl std::fmt::Debug for Packed {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Packed")
+                .field("keys", &self.keys.len())
+                .field("kv", &self.kv)
+                .finish_non_exhaustive()
+        }
     }
 
     impl Packed {
@@ -821,7 +831,7 @@ mod avx2 {
                     let r: [__m256; 8] = std::array::from_fn(|i| {
                         _mm256_loadu_ps(src.add((8 * half + i) * stride + c0))
                     });
-                    let columns = crate::kernels::transpose8(r);
+                    let columns = crate::tile::transpose8(r);
                     for (i, column) in columns.into_iter().enumerate() {
                         _mm256_storeu_ps(dst.add((c0 + i) * 16 + 8 * half), column);
                     }

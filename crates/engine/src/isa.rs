@@ -20,7 +20,7 @@
 
 use std::sync::OnceLock;
 
-use crate::error::{Error, Result};
+use crate::{Error, Result};
 
 /// The environment variable that caps the instruction set.
 pub const ENV: &str = "SKILLRET_MAX_ISA";
@@ -168,13 +168,13 @@ pub fn active() -> Isa {
 }
 
 /// Whether the AVX-512 kernels may run.
-pub(crate) fn avx512() -> bool {
+pub fn avx512() -> bool {
     active() >= Isa::Avx512
 }
 
 /// Whether the kernels of `level` may run: the active level is at least
 /// `level` and the CPU has it (a CPU may have AVX-512 without AVX-VNNI).
-pub(crate) fn allows(level: Isa) -> bool {
+pub fn allows(level: Isa) -> bool {
     active() >= level && level.available()
 }
 
