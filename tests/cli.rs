@@ -1344,6 +1344,92 @@ fn the_instruction_set_cap_is_checked_and_named() {
 }
 
 #[test]
+fn int8_keeps_its_layers_in_the_faster_unit_and_a_slower_bf16_is_named() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
+    if !model.join("model.safetensors").is_file() {
+        eprintln!("skipping: run scripts/fetch-models.sh");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(
+        &input,
+        "\"a skill that formats dates\"\n\"merge the tables of two PDF reports\"\n",
+    )
+    .unwrap();
+    let embed = |name: &str, precision: &str, rates: &str| {
+        let output = dir.path().join(name);
+        let out = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+            .args(["embed", "--model", path(&model), "--input", path(&input)])
+            .args(["--output", path(&output), "--precision", precision])
+            .env("SKILLRET_UNIT_RATES", rates)
+            .env("SKILLRET_RATES_CACHE", "")
+            .output()
+            .unwrap();
+        (out, output)
+    };
+    let slow_bf16 = "f32=238.7,bf16=119.8";
+    let fast_bf16 = "f32=117.4,bf16=234.9";
+    // A rate that cannot be read is refused, naming the variable; nothing written.
+    let (out, written) = embed("bad.jsonl", "int8", "f32=fast,bf16=1");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr)
+            .contains("SKILLRET_UNIT_RATES=\"f32=fast,bf16=1\": \"fast\" is not a positive rate"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!written.exists());
+    let (out, f32_file) = embed("f32.jsonl", "f32", slow_bf16);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let f32_vectors = read_vectors(&f32_file);
+    let (slow, slow_file) = embed("slow.jsonl", "int8", slow_bf16);
+    let (fast, fast_file) = embed("fast.jsonl", "int8", fast_bf16);
+    assert!(slow.status.success() && fast.status.success());
+    let (slow, fast) = (text(&slow.stderr), text(&fast.stderr));
+    let cosine = |a: &[f64], b: &[f64]| {
+        let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        dot / (a.iter().map(|x| x * x).sum::<f64>() * b.iter().map(|x| x * x).sum::<f64>()).sqrt()
+    };
+    for file in [&slow_file, &fast_file] {
+        for (v, w) in read_vectors(file).iter().zip(&f32_vectors) {
+            assert!(cosine(v, w) > 0.999, "{}: {}", file.display(), cosine(v, w));
+        }
+    }
+    if embedder::Precision::Bf16.on_this_cpu() == embedder::Precision::Bf16 {
+        // A CPU with a bf16 unit: the kept layers follow the faster unit.
+        assert!(
+            slow.contains(
+                "(query/key/value in f32, feed-forward output in f32; bf16 is slower here: \
+                 bf16 119.8 against f32 238.7 GOP/s per thread)"
+            ),
+            "{slow}"
+        );
+        assert!(
+            fast.contains("(query/key/value in bf16, feed-forward output in bf16)"),
+            "{fast}"
+        );
+        assert_ne!(read_vectors(&slow_file), read_vectors(&fast_file));
+        let (out, _) = embed("bf16.jsonl", "bf16", slow_bf16);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains(
+                "native, bf16 as asked, though slower here than f32: \
+                 bf16 119.8 against f32 238.7 GOP/s per thread"
+            ),
+            "{}",
+            text(&out.stderr)
+        );
+    } else {
+        // No bf16 unit: the kept layers are f32 whatever the rates say.
+        for err in [&slow, &fast] {
+            assert!(!err.contains("slower") && !err.contains("in bf16"), "{err}");
+        }
+        assert_eq!(read_vectors(&slow_file), read_vectors(&fast_file));
+    }
+}
+
+#[test]
 fn the_attention_kernel_is_checked_and_named() {
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
     if !model.join("model.safetensors").is_file() {

@@ -16,12 +16,15 @@
 //! of 5 runs, activation rounding or quantisation included, and its share
 //! of the peak of the instruction it runs on. Rates are in 10⁹
 //! multiply-adds × 2 per second (GFLOP/s or GOP/s). With `--tsv`, lines are
-//! tab-separated for scripts.
+//! tab-separated for scripts. In between, the per-thread f32 and bf16 rates
+//! the engine measures to choose the arithmetic of int8's kept layers
+//! ([`engine::rates`]), and how long measuring them took.
 
 use std::time::Instant;
 
 use engine::Precision;
-use engine::bench::{Dense, Instruction, peak_gops, supported};
+use engine::bench::{Dense, supported};
+use engine::rates::{Instruction, peak_gops};
 
 const PATHS: [(&str, Precision); 3] = [
     ("f32", Precision::F32),
@@ -56,8 +59,16 @@ fn main() {
         Instruction::of(precision)
             .and_then(|i| peaks.iter().find(|(p, _)| *p == i).map(|(_, g)| *g))
     };
+    // What the engine's plan compares (one thread, measured as a run does,
+    // without reading or writing the cache).
+    let start = Instant::now();
+    let units = engine::rates::UnitRates::measure();
+    let took = start.elapsed().as_secs_f64() * 1e3;
     if tsv {
         println!("level\t{level}");
+        if let Some(u) = units {
+            println!("units\t{}\t{}\t{took:.0}", u.f32, u.bf16);
+        }
         for (instruction, peak) in &peaks {
             println!("peak\t{}\t{peak:.1}", instruction.name());
         }
@@ -70,6 +81,16 @@ fn main() {
                 Some((_, peak)) => println!("  {:<12} {peak:8.1}", instruction.name()),
                 None => println!("  {:<12}  not on this CPU", instruction.name()),
             }
+        }
+        match units {
+            Some(u) => println!(
+                "unit rates the engine chooses by (one thread, measured in {took:.0} ms): \
+                 f32 {} bf16 {}: int8 keeps its layers in {}",
+                u.f32,
+                u.bf16,
+                if u.bf16_faster() { "bf16" } else { "f32" }
+            ),
+            None => println!("no bf16 unit at this level: int8 keeps its layers in f32"),
         }
         println!("\n{rows} rows; rate of each path and its share of its instruction's peak");
     }

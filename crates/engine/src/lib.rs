@@ -26,6 +26,7 @@ pub mod int8;
 pub mod isa;
 pub mod kernels;
 pub mod linear;
+pub mod rates;
 pub mod tile;
 
 pub use error::{Error, Result};

@@ -54,25 +54,96 @@ impl Role {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {
     arithmetic: Arithmetic,
+    /// The arithmetic of [`INT8_KEPT`]'s layers on the int8 path.
+    kept: Arithmetic,
 }
 
 impl Plan {
-    /// Every layer in `arithmetic` (int8 keeps [`INT8_KEPT`] in bf16 or
-    /// f32); the caller checks CPU support.
-    pub fn new(arithmetic: Arithmetic) -> Self {
-        Self { arithmetic }
+    /// Every layer in `arithmetic`, but for int8, whose [`INT8_KEPT`]
+    /// layers run in `kept` (bf16 or f32); the caller checks CPU support.
+    pub fn new(arithmetic: Arithmetic, kept: Arithmetic) -> Self {
+        Self { arithmetic, kept }
+    }
+
+    /// The fastest plan for `precision` on this CPU, and the words that say
+    /// what it runs: its own arithmetic where the CPU has the instructions
+    /// (else f32, saying why), int8's kept layers in bf16 only where this
+    /// CPU's bf16 unit is faster than its f32 FMA ([`crate::rates`]), and
+    /// bf16 on a CPU where it is the slower unit runs as asked, with the two
+    /// rates in the words.
+    pub fn for_precision(precision: crate::Precision) -> crate::Result<(Self, String)> {
+        let arithmetic = Arithmetic::from(precision.on_this_cpu());
+        let rates = match arithmetic {
+            Arithmetic::F32 => None,
+            _ => crate::rates::of_this_cpu()?,
+        };
+        Ok(Self::choose(precision, arithmetic, rates))
+    }
+
+    /// [`Plan::for_precision`] given the arithmetic this CPU runs for
+    /// `precision` and its unit rates (`None`: it has no bf16 unit).
+    fn choose(
+        precision: crate::Precision,
+        arithmetic: Arithmetic,
+        rates: Option<crate::rates::UnitRates>,
+    ) -> (Self, String) {
+        use crate::Precision;
+        let isa = crate::isa::active();
+        let missing = |what: &str, needs: &str| {
+            if isa < crate::isa::Isa::detected() {
+                format!(
+                    "f32: {what} needs {needs}, capped at {isa} by {}",
+                    crate::isa::ENV
+                )
+            } else {
+                format!("f32: this CPU has no {needs} for {what}")
+            }
+        };
+        let rates_words = |r: &crate::rates::UnitRates| {
+            format!(
+                "bf16 {:.1} against f32 {:.1} GOP/s per thread",
+                r.bf16, r.f32
+            )
+        };
+        let kept = match rates {
+            Some(r) if r.bf16_faster() => Arithmetic::Bf16,
+            _ => Arithmetic::F32,
+        };
+        let plan = Self::new(arithmetic, kept);
+        let note = match (precision, arithmetic) {
+            (Precision::Bf16, Arithmetic::F32) => missing("bf16", "AVX-512 BF16"),
+            (Precision::Int8, Arithmetic::F32) => missing("int8", "AVX2"),
+            (_, Arithmetic::Int8) => {
+                let kernel = crate::int8::Kernel::active().map_or("?", |k| k.name());
+                let kept: Vec<String> = INT8_KEPT
+                    .iter()
+                    .map(|role| format!("{} in {:?}", role.name(), plan.of(*role)).to_lowercase())
+                    .collect();
+                match rates {
+                    Some(r) if !r.bf16_faster() => format!(
+                        "int8 on {kernel} ({}; bf16 is slower here: {})",
+                        kept.join(", "),
+                        rates_words(&r)
+                    ),
+                    _ => format!("int8 on {kernel} ({})", kept.join(", ")),
+                }
+            }
+            (_, Arithmetic::Bf16) => match rates {
+                Some(r) if !r.bf16_faster() => format!(
+                    "bf16 as asked, though slower here than f32: {}",
+                    rates_words(&r)
+                ),
+                _ => "bf16".to_owned(),
+            },
+            (_, a) => format!("{a:?}").to_lowercase(),
+        };
+        (plan, note)
     }
 
     /// The arithmetic of layers of `role`.
     pub fn of(&self, role: Role) -> Arithmetic {
         match self.arithmetic {
-            Arithmetic::Int8 if INT8_KEPT.contains(&role) => {
-                if crate::bf16::supported() {
-                    Arithmetic::Bf16
-                } else {
-                    Arithmetic::F32
-                }
-            }
+            Arithmetic::Int8 if INT8_KEPT.contains(&role) => self.kept,
             a => a,
         }
     }
@@ -301,20 +372,70 @@ mod tests {
 
     #[test]
     fn int8_plans_keep_the_sensitive_layers_out_of_int8() {
-        let plan = Plan::new(Arithmetic::Int8);
-        let kept = if crate::bf16::supported() {
-            Arithmetic::Bf16
-        } else {
-            Arithmetic::F32
-        };
-        assert_eq!(plan.of(Role::AttentionIn), kept);
-        assert_eq!(plan.of(Role::FeedForwardOut), kept);
-        assert_eq!(plan.of(Role::AttentionOut), Arithmetic::Int8);
-        assert_eq!(plan.of(Role::FeedForwardIn), Arithmetic::Int8);
-        for role in [Role::AttentionIn, Role::FeedForwardIn] {
-            assert_eq!(Plan::new(Arithmetic::Bf16).of(role), Arithmetic::Bf16);
-            assert_eq!(Plan::new(Arithmetic::F32).of(role), Arithmetic::F32);
+        for kept in [Arithmetic::Bf16, Arithmetic::F32] {
+            let plan = Plan::new(Arithmetic::Int8, kept);
+            assert_eq!(plan.of(Role::AttentionIn), kept);
+            assert_eq!(plan.of(Role::FeedForwardOut), kept);
+            assert_eq!(plan.of(Role::AttentionOut), Arithmetic::Int8);
+            assert_eq!(plan.of(Role::FeedForwardIn), Arithmetic::Int8);
         }
+        for role in [Role::AttentionIn, Role::FeedForwardIn] {
+            assert_eq!(
+                Plan::new(Arithmetic::Bf16, Arithmetic::F32).of(role),
+                Arithmetic::Bf16
+            );
+            assert_eq!(
+                Plan::new(Arithmetic::F32, Arithmetic::Bf16).of(role),
+                Arithmetic::F32
+            );
+        }
+    }
+
+    #[test]
+    fn the_faster_unit_runs_the_kept_layers_and_a_slower_bf16_is_named() {
+        use crate::Precision;
+        use crate::rates::UnitRates;
+        let fast_bf16 = UnitRates {
+            f32: 117.0,
+            bf16: 234.0,
+        };
+        let slow_bf16 = UnitRates {
+            f32: 238.7,
+            bf16: 119.8,
+        };
+        let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, Some(fast_bf16));
+        assert_eq!(plan.of(Role::AttentionIn), Arithmetic::Bf16);
+        assert!(
+            note.ends_with("(query/key/value in bf16, feed-forward output in bf16)"),
+            "{note}"
+        );
+        let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, Some(slow_bf16));
+        assert_eq!(plan.of(Role::AttentionIn), Arithmetic::F32);
+        assert_eq!(plan.of(Role::FeedForwardOut), Arithmetic::F32);
+        assert_eq!(plan.of(Role::FeedForwardIn), Arithmetic::Int8);
+        assert!(
+            note.ends_with(
+                "(query/key/value in f32, feed-forward output in f32; bf16 is slower here: \
+                 bf16 119.8 against f32 238.7 GOP/s per thread)"
+            ),
+            "{note}"
+        );
+        // Without a bf16 unit the kept layers are f32, and nothing is compared.
+        let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, None);
+        assert_eq!(plan.of(Role::AttentionIn), Arithmetic::F32);
+        assert!(!note.contains("slower"), "{note}");
+        // bf16 runs as asked either way; only the slower unit is named.
+        let (plan, note) = Plan::choose(Precision::Bf16, Arithmetic::Bf16, Some(slow_bf16));
+        assert_eq!(plan.of(Role::AttentionIn), Arithmetic::Bf16);
+        assert_eq!(
+            note,
+            "bf16 as asked, though slower here than f32: bf16 119.8 against f32 238.7 GOP/s per thread"
+        );
+        assert_eq!(
+            Plan::choose(Precision::Bf16, Arithmetic::Bf16, Some(fast_bf16)).1,
+            "bf16"
+        );
+        assert_eq!(Plan::choose(Precision::F32, Arithmetic::F32, None).1, "f32");
     }
 
     #[test]

@@ -169,9 +169,9 @@ pub(crate) fn device(embedder: Option<&str>, reranker: Option<&str>) -> Value {
                 .map(|(_, v)| v.trim().to_owned())
         })
         .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
-    let isa = embedder::isa::resolve(
-        std::env::var(embedder::isa::ENV).ok().as_deref(),
-        &embedder::Isa::on_this_cpu(),
+    let isa = engine::isa::resolve(
+        std::env::var(engine::isa::ENV).ok().as_deref(),
+        &engine::Isa::on_this_cpu(),
     )
     .map_or_else(|e| e, |level| level.to_string());
     json!({

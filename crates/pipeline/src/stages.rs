@@ -253,6 +253,13 @@ impl Vectors {
                 // The arithmetic that runs: the native engine's on this CPU,
                 // the candle engine's as asked; its attention kernel.
                 let (precision, kernel) = match e.backend {
+                    Backend::Native if e.precision.on_this_cpu() == engine::Precision::Int8 => {
+                        // Its kept layers' arithmetic follows this CPU's units.
+                        let (plan, _) =
+                            engine::linear::Plan::for_precision(engine::Precision::Int8)?;
+                        let kept = plan.of(engine::linear::Role::AttentionIn);
+                        (engine::Precision::Int8, format!(" int8_kept={kept:?}"))
+                    }
                     Backend::Native => (e.precision.on_this_cpu(), String::new()),
                     _ => (
                         e.precision,

@@ -27,7 +27,7 @@ use crate::config::Pooling;
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
 use crate::{AttentionKernel, Backend, Precision};
-use engine::linear::{Arithmetic, INT8_KEPT, Plan};
+use engine::linear::Plan;
 
 pub use bert::BertConfig;
 pub use gemma3::Gemma3Config;
@@ -235,42 +235,6 @@ impl ModelConfig {
     }
 }
 
-/// The native engine's arithmetic for `precision` on this CPU, and the
-/// words that say what it runs (and why, where it falls back to f32).
-fn native_plan(precision: Precision) -> (Plan, String) {
-    let arithmetic = Arithmetic::from(precision.on_this_cpu());
-    let plan = Plan::new(arithmetic);
-    let isa = engine::isa::active();
-    let missing = |what: &str, needs: &str| {
-        if isa < engine::isa::Isa::detected() {
-            format!(
-                "f32: {what} needs {needs}, capped at {isa} by {}",
-                engine::isa::ENV
-            )
-        } else {
-            format!("f32: this CPU has no {needs} for {what}")
-        }
-    };
-    let note = match (precision, arithmetic) {
-        (Precision::Bf16, Arithmetic::F32) => missing("bf16", "AVX-512 BF16"),
-        (Precision::Int8, Arithmetic::F32) => missing("int8", "AVX2"),
-        (_, Arithmetic::Int8) => {
-            let kernel = engine::int8::Kernel::active().map_or("?", |k| k.name());
-            let kept: Vec<String> = INT8_KEPT
-                .iter()
-                .map(|role| format!("{} in {:?}", role.name(), plan.of(*role)).to_lowercase())
-                .collect();
-            if kept.is_empty() {
-                format!("int8 on {kernel}")
-            } else {
-                format!("int8 on {kernel} ({})", kept.join(", "))
-            }
-        }
-        (_, a) => format!("{a:?}").to_lowercase(),
-    };
-    (plan, note)
-}
-
 /// Loads `config`'s weights on the engine `backend` asks for, with the LoRA
 /// adapter of `task` merged where the model has adapters and the candle
 /// engine's attention `kernel` (or its default); returns the model and
@@ -283,7 +247,7 @@ pub(crate) fn load(
     kernel: Option<AttentionKernel>,
     task: Option<&str>,
 ) -> Result<(Box<dyn Model>, String)> {
-    let (plan, precision_note) = native_plan(precision);
+    let (plan, precision_note) = Plan::for_precision(precision)?;
     let decoder = config.decoder();
     let adapters = lora::tasks(&files.dir);
     let lora = match (task, adapters.is_empty(), &decoder) {
