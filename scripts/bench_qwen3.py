@@ -31,6 +31,10 @@ PyTorch f32 and the worst cosine to PyTorch f32's vectors. 2 threads on both sid
     python3 scripts/make_qwen3_models.py      # the tokenizer template and module files
     pip install sentence-transformers==6.2.0 transformers==5.24.0 torch==2.15.0
     python3 scripts/bench_qwen3.py [--arch qwen3|gemma3] [--lengths 512,4096] [--tokens 16384] [--repeat 2]
+        [--sides torch-f32,ours-f32,ours-int8] [--before OTHER_PIPELINE_BINARY]
+
+Sides are torch-f32, torch-bf16 and ours-<f32|bf16|int8>; with --before, each ours side is also run
+by the other binary (before-<precision>), alternating with the rest.
 """
 
 import argparse
@@ -156,6 +160,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--sides", default="torch-f32,torch-bf16,ours-f32,ours-bf16")
     ap.add_argument("--sample", default=str(ROOT.parent / "shared/skillret-sample"))
+    ap.add_argument("--before", help="another build of `pipeline`: a before-<precision> side beside each ours-<precision>")
     ap.add_argument("--model-dir", help="default: .cache/bench/qwen3-0.6b-random or gemma3-270m-random")
     args = ap.parse_args()
     if args.model_dir is None:
@@ -175,6 +180,8 @@ def main():
     model_dir.parent.mkdir(parents=True, exist_ok=True)
     build_model(model_dir, args.arch)
     sides = args.sides.split(",")
+    if args.before:
+        sides += [s.replace("ours-", "before-") for s in sides if s.startswith("ours-")]
     models = {}
     if "torch-f32" in sides or True:  # the reference vectors come from it
         models["torch-f32"] = SentenceTransformer(str(model_dir), device="cpu", model_kwargs={"dtype": torch.float32})
@@ -218,7 +225,8 @@ def main():
                     else:
                         out = Path(tmp) / f"{side}.jsonl"
                         precision = side.split("-")[1]
-                        cmd = [str(binary), "embed", "--model", str(model_dir), "--input", str(inp),
+                        exe = binary if side.startswith("ours") else Path(args.before)
+                        cmd = [str(exe), "embed", "--model", str(model_dir), "--input", str(inp),
                                "--output", str(out), "--max-length", str(length), "--precision", precision,
                                "--batch-tokens", str(args.batch_tokens)]
                         proc = subprocess.run(cmd, check=True, capture_output=True, text=True)

@@ -51,6 +51,7 @@ use std::path::Path;
 
 pub use config::{Pooling, SentenceTransformersConfig};
 pub use encoder::{Encoder, EncoderOptions};
+pub use engine::kernels::normalize;
 pub use engine::{Isa, Precision, isa};
 pub use error::{Error, Result};
 pub use files::{ModelFiles, TensorFile, Weights};
@@ -757,29 +758,5 @@ impl Embedder for LocalEmbedder {
             done(g, vectors)?;
         }
         Ok(stats)
-    }
-}
-
-/// L2 normalisation as torch's `F.normalize` (norm clamped at 1e-12), the
-/// one sentence-transformers' `Normalize` module applies.
-pub fn normalize(v: &mut [f32]) {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-    for x in v {
-        *x /= norm;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn normalisation() {
-        let mut v = [3.0, 4.0];
-        normalize(&mut v);
-        assert_eq!(v, [0.6, 0.8]);
-        let mut zero = [0.0, 0.0];
-        normalize(&mut zero);
-        assert_eq!(zero, [0.0, 0.0]);
     }
 }

@@ -5,7 +5,38 @@
 
 use gemm::Parallelism;
 
+use rayon::prelude::*;
+
 use crate::tile::View;
+
+/// Rows per parallel task of the row-wise kernels.
+pub const ROW_BLOCK: usize = 64;
+
+/// [`rms_norm`] on blocks of rows in parallel.
+pub fn rms_norm_rows(xs: &mut [f32], width: usize, weight: &[f32], eps: f32) {
+    xs.par_chunks_mut(width * ROW_BLOCK)
+        .for_each(|rows| rms_norm(rows, width, weight, eps));
+}
+
+/// `x += y`, blocks of rows in parallel.
+pub fn add_rows(x: &mut [f32], y: &[f32], width: usize) {
+    x.par_chunks_mut(width * ROW_BLOCK)
+        .zip(y.par_chunks(width * ROW_BLOCK))
+        .for_each(|(x, y)| {
+            for (x, y) in x.iter_mut().zip(y) {
+                *x += y;
+            }
+        });
+}
+
+/// L2 normalisation as torch's `F.normalize` (norm clamped at 1e-12), the
+/// one sentence-transformers' `Normalize` module applies.
+pub fn normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+    for x in v {
+        *x /= norm;
+    }
+}
 
 /// `dst = (accumulate ? dst : 0) + lhs · rhs`, with `dst` row-major
 /// (`m × n`, leading dimension `ldd`). Bounds are checked before the
@@ -611,6 +642,16 @@ multiversion! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn normalisation() {
+        let mut v = [3.0, 4.0];
+        normalize(&mut v);
+        assert_eq!(v, [0.6, 0.8]);
+        let mut zero = [0.0, 0.0];
+        normalize(&mut zero);
+        assert_eq!(zero, [0.0, 0.0]);
+    }
 
     #[test]
     fn exp_and_erf_are_accurate() {

@@ -7,11 +7,8 @@
 
 use rayon::prelude::*;
 
-use crate::kernels::{self, matmul};
+use crate::kernels::{self, ROW_BLOCK, matmul};
 use crate::tile::{Post, View};
-
-/// Rows per parallel task of the row-wise kernels.
-pub const ROW_BLOCK: usize = 64;
 
 impl From<crate::Precision> for Arithmetic {
     fn from(precision: crate::Precision) -> Self {

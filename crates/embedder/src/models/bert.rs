@@ -21,8 +21,8 @@ use crate::AttentionKernel;
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
 use engine::attention::{self, Heads, QkvLayout};
-use engine::kernels;
-use engine::linear::{Linear, Plan, ROW_BLOCK, Role};
+use engine::kernels::{self, ROW_BLOCK};
+use engine::linear::{Linear, Plan, Role};
 
 /// The BERT architecture, from `config.json`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
