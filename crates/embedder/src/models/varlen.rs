@@ -27,8 +27,8 @@ use std::cell::RefCell;
 use std::sync::Mutex;
 
 use candle_core::{D, DType, Device, Tensor};
+use rayon::prelude::*;
 
-use super::decoder::{Rope, rope_tables};
 use super::{Pool, Tokens};
 use crate::AttentionKernel;
 use crate::config::Pooling;
@@ -526,4 +526,40 @@ pub(crate) fn inference_error(e: &candle_core::Error, batch: &[&Tokens]) -> Erro
         ));
     }
     Error::Inference(text)
+}
+
+/// A rotary embedding: base and linear position scaling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Rope {
+    pub(crate) theta: f64,
+    /// Positions are divided by it (`rope_type = "linear"`; 1 otherwise).
+    pub(crate) factor: f64,
+}
+
+/// Rotary tables for positions `0..len`: `cos` and `sin`, `len × head_dim/2`.
+///
+/// Computed as transformers computes them, so that long inputs agree: the
+/// inverse frequencies `1 / θ^(2i/d)` in f32 (divided by the linear
+/// factor), each angle the f32 product of position and frequency, and its
+/// cosine and sine (of that f32 angle).
+pub(crate) fn rope_tables(rope: Rope, head_dim: usize, len: usize) -> (Vec<f32>, Vec<f32>) {
+    let half = head_dim / 2;
+    let theta = rope.theta as f32;
+    let factor = rope.factor as f32;
+    let inv: Vec<f32> = (0..half)
+        .map(|i| 1.0 / theta.powf((2 * i) as f32 / head_dim as f32) / factor)
+        .collect();
+    let mut cos = vec![0.0f32; len * half];
+    let mut sin = vec![0.0f32; len * half];
+    cos.par_chunks_mut(half)
+        .zip(sin.par_chunks_mut(half))
+        .enumerate()
+        .for_each(|(p, (c, s))| {
+            for ((c, s), &f) in c.iter_mut().zip(s.iter_mut()).zip(&inv) {
+                let angle = f64::from(p as f32 * f);
+                *c = angle.cos() as f32;
+                *s = angle.sin() as f32;
+            }
+        });
+    (cos, sin)
 }
