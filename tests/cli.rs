@@ -1368,14 +1368,15 @@ fn int8_keeps_its_layers_in_the_faster_unit_and_a_slower_bf16_is_named() {
             .unwrap();
         (out, output)
     };
-    let slow_bf16 = "f32=238.7,bf16=119.8";
-    let fast_bf16 = "f32=117.4,bf16=234.9";
+    let slow_bf16 = "fma256=119.4,fma512=238.7,bf16=119.8";
+    let fast_bf16 = "fma256=117.4,fma512=117.4,bf16=234.9";
     // A rate that cannot be read is refused, naming the variable; nothing written.
-    let (out, written) = embed("bad.jsonl", "int8", "f32=fast,bf16=1");
+    let (out, written) = embed("bad.jsonl", "int8", "fma256=fast,bf16=1");
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(
-        text(&out.stderr)
-            .contains("SKILLRET_UNIT_RATES=\"f32=fast,bf16=1\": \"fast\" is not a positive rate"),
+        text(&out.stderr).contains(
+            "SKILLRET_UNIT_RATES=\"fma256=fast,bf16=1\": \"fast\" is not a positive rate"
+        ),
         "{}",
         text(&out.stderr)
     );

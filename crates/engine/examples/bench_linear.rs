@@ -11,8 +11,8 @@
 //! sums). Then, for MiniLM's shapes (384→1152, 384→384, 384→1536, 1536→384)
 //! and Qwen3-0.6B's (fused QKV 1024→4096, output 2048→1024, fused gate/up
 //! 1024→6144, down 3072→1024), the rate of each path at the active level
-//! (`SKILLRET_MAX_ISA` caps it: f32 is the `gemm` crate at avx512 and ours
-//! below; bf16 ours at avx512; int8 ours on the kernel of the level), best
+//! (`SKILLRET_MAX_ISA` caps it: f32 is the `gemm` crate at avx512 on CPUs
+//! with full-width 512-bit FMA and ours elsewhere; bf16 ours at avx512; int8 ours on the kernel of the level), best
 //! of 5 runs, activation rounding or quantisation included, and its share
 //! of the peak of the instruction it runs on. Rates are in 10⁹
 //! multiply-adds × 2 per second (GFLOP/s or GOP/s). With `--tsv`, lines are
@@ -67,7 +67,13 @@ fn main() {
     if tsv {
         println!("level\t{level}");
         if let Some(u) = units {
-            println!("units\t{}\t{}\t{took:.0}", u.f32, u.bf16);
+            let rate = |r: Option<f64>| r.map_or("-".to_owned(), |r| r.to_string());
+            println!(
+                "units\t{}\t{}\t{}\t{took:.0}",
+                u.fma256,
+                rate(u.fma512),
+                rate(u.bf16)
+            );
         }
         for (instruction, peak) in &peaks {
             println!("peak\t{}\t{peak:.1}", instruction.name());
@@ -83,14 +89,23 @@ fn main() {
             }
         }
         match units {
-            Some(u) => println!(
-                "unit rates the engine chooses by (one thread, measured in {took:.0} ms): \
-                 f32 {} bf16 {}: int8 keeps its layers in {}",
-                u.f32,
-                u.bf16,
-                if u.bf16_faster() { "bf16" } else { "f32" }
-            ),
-            None => println!("no bf16 unit at this level: int8 keeps its layers in f32"),
+            Some(u) => {
+                let rate = |r: Option<f64>| r.map_or("-".to_owned(), |r| r.to_string());
+                println!(
+                    "unit rates the engine chooses by (one thread, measured in {took:.0} ms): \
+                     fma256 {} fma512 {} bf16 {}: f32 products on {}, int8 keeps its layers in {}",
+                    u.fma256,
+                    rate(u.fma512),
+                    rate(u.bf16),
+                    if u.wide_fma() {
+                        "the gemm crate's AVX-512 kernels"
+                    } else {
+                        "our AVX2 panels"
+                    },
+                    if u.bf16_faster() { "bf16" } else { "f32" }
+                );
+            }
+            None => println!("below avx2: nothing to choose"),
         }
         println!("\n{rows} rows; rate of each path and its share of its instruction's peak");
     }

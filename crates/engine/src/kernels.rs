@@ -40,8 +40,9 @@ pub fn normalize(v: &mut [f32]) {
 
 /// `dst = (accumulate ? dst : 0) + lhs · rhs`, with `dst` row-major
 /// (`m × n`, leading dimension `ldd`). Bounds are checked before the
-/// unchecked product runs. The `gemm` crate at the AVX-512 level, the
-/// packed kernels of [`crate::f32pack`] below it.
+/// unchecked product runs. The `gemm` crate at the AVX-512 level on CPUs
+/// with full-width 512-bit FMA ([`crate::rates::f32_in_gemm`]), the packed
+/// kernels of [`crate::f32pack`] elsewhere.
 pub fn matmul(
     dst: &mut [f32],
     ldd: usize,
@@ -66,9 +67,10 @@ pub fn matmul(
         }
         return;
     }
-    if !crate::isa::avx512() {
-        // Below AVX-512 (an AVX2 CPU, or a cap): the `gemm` crate would pick
-        // its AVX-512 kernels by itself wherever the CPU has them.
+    if !crate::rates::f32_in_gemm() {
+        // Below AVX-512 (an AVX2 CPU, or a cap), or where 512-bit FMA is no
+        // faster than 256-bit: the `gemm` crate would pick its AVX-512
+        // kernels by itself wherever the CPU has them.
         crate::f32pack::matmul_views(dst, ldd, lhs, rhs, accumulate, parallel);
         return;
     }

@@ -70,15 +70,15 @@ impl Plan {
     /// rates in the words.
     pub fn for_precision(precision: crate::Precision) -> crate::Result<(Self, String)> {
         let arithmetic = Arithmetic::from(precision.on_this_cpu());
-        let rates = match arithmetic {
-            Arithmetic::F32 => None,
-            _ => crate::rates::of_this_cpu()?,
-        };
-        Ok(Self::choose(precision, arithmetic, rates))
+        Ok(Self::choose(
+            precision,
+            arithmetic,
+            crate::rates::of_this_cpu()?,
+        ))
     }
 
     /// [`Plan::for_precision`] given the arithmetic this CPU runs for
-    /// `precision` and its unit rates (`None`: it has no bf16 unit).
+    /// `precision` and its unit rates (`None`: below avx2).
     fn choose(
         precision: crate::Precision,
         arithmetic: Arithmetic,
@@ -96,12 +96,9 @@ impl Plan {
                 format!("f32: this CPU has no {needs} for {what}")
             }
         };
-        let rates_words = |r: &crate::rates::UnitRates| {
-            format!(
-                "bf16 {:.1} against f32 {:.1} GOP/s per thread",
-                r.bf16, r.f32
-            )
-        };
+        let slower = rates
+            .and_then(|r| r.bf16_slower())
+            .map(|(bf16, f32)| format!("bf16 {bf16:.1} against f32 {f32:.1} GOP/s per thread"));
         let kept = match rates {
             Some(r) if r.bf16_faster() => Arithmetic::Bf16,
             _ => Arithmetic::F32,
@@ -116,23 +113,26 @@ impl Plan {
                     .iter()
                     .map(|role| format!("{} in {:?}", role.name(), plan.of(*role)).to_lowercase())
                     .collect();
-                match rates {
-                    Some(r) if !r.bf16_faster() => format!(
-                        "int8 on {kernel} ({}; bf16 is slower here: {})",
-                        kept.join(", "),
-                        rates_words(&r)
+                match slower {
+                    Some(rates) => format!(
+                        "int8 on {kernel} ({}; bf16 is slower here: {rates})",
+                        kept.join(", ")
                     ),
-                    _ => format!("int8 on {kernel} ({})", kept.join(", ")),
+                    None => format!("int8 on {kernel} ({})", kept.join(", ")),
                 }
             }
-            (_, Arithmetic::Bf16) => match rates {
-                Some(r) if !r.bf16_faster() => format!(
-                    "bf16 as asked, though slower here than f32: {}",
-                    rates_words(&r)
-                ),
-                _ => "bf16".to_owned(),
+            (_, Arithmetic::Bf16) => match slower {
+                Some(rates) => format!("bf16 as asked, though slower here than f32: {rates}"),
+                None => "bf16".to_owned(),
             },
-            (_, a) => format!("{a:?}").to_lowercase(),
+            (_, a) => match rates.and_then(|r| Some((r.fma512?, r.fma256, r.wide_fma()))) {
+                // At the avx512 level, where 512-bit FMA is no faster than 256-bit.
+                Some((wide, narrow, false)) => format!(
+                    "f32 on 256-bit FMA: 512-bit is no faster here ({wide:.1} against \
+                     {narrow:.1} GOP/s per thread)"
+                ),
+                _ => format!("{a:?}").to_lowercase(),
+            },
         };
         (plan, note)
     }
@@ -342,7 +342,7 @@ impl Linear {
         let (inputs, outputs) = (self.inputs, self.outputs);
         self.packed = match arithmetic {
             // The `gemm` crate reads the weight as stored at the AVX-512 level.
-            Arithmetic::F32 if crate::isa::avx512() => return,
+            Arithmetic::F32 if crate::rates::f32_in_gemm() => return,
             Arithmetic::F32 => Packed::F32(crate::f32pack::Panels::from_weight(
                 &self.weight,
                 inputs,
@@ -392,14 +392,8 @@ mod tests {
     fn the_faster_unit_runs_the_kept_layers_and_a_slower_bf16_is_named() {
         use crate::Precision;
         use crate::rates::UnitRates;
-        let fast_bf16 = UnitRates {
-            f32: 117.0,
-            bf16: 234.0,
-        };
-        let slow_bf16 = UnitRates {
-            f32: 238.7,
-            bf16: 119.8,
-        };
+        let fast_bf16 = UnitRates::parse("fma256=117,fma512=117,bf16=234").expect("valid");
+        let slow_bf16 = UnitRates::parse("fma256=119.4,fma512=238.7,bf16=119.8").expect("valid");
         let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, Some(fast_bf16));
         assert_eq!(plan.of(Role::AttentionIn), Arithmetic::Bf16);
         assert!(
@@ -418,7 +412,8 @@ mod tests {
             "{note}"
         );
         // Without a bf16 unit the kept layers are f32, and nothing is compared.
-        let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, None);
+        let avx2 = UnitRates::parse("fma256=120").expect("valid");
+        let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, Some(avx2));
         assert_eq!(plan.of(Role::AttentionIn), Arithmetic::F32);
         assert!(!note.contains("slower"), "{note}");
         // bf16 runs as asked either way; only the slower unit is named.
@@ -433,6 +428,14 @@ mod tests {
             "bf16"
         );
         assert_eq!(Plan::choose(Precision::F32, Arithmetic::F32, None).1, "f32");
+        assert_eq!(
+            Plan::choose(Precision::F32, Arithmetic::F32, Some(slow_bf16)).1,
+            "f32"
+        );
+        assert_eq!(
+            Plan::choose(Precision::F32, Arithmetic::F32, Some(fast_bf16)).1,
+            "f32 on 256-bit FMA: 512-bit is no faster here (117.0 against 117.0 GOP/s per thread)"
+        );
     }
 
     #[test]

@@ -2,15 +2,18 @@
 //! from it.
 //!
 //! [`peak_gops`] measures an instruction's peak over all of rayon's threads
-//! (`examples/bench_linear`). [`of_this_cpu`] is the per-thread pair the
-//! engine's plan chooses between (f32 FMA at the active level against
-//! AVX-512 BF16's `vdpbf16ps`): where a CPU has both, int8's kept layers run
-//! in bf16 only where bf16 is the faster unit, and `--precision bf16` on a
-//! CPU whose bf16 is slower says so. On some CPUs bf16 runs at twice the f32
-//! rate, on others at half: the pair is measured once (about a tenth of a
-//! second), cached per CPU model and level in `unit-rates.json` of the
-//! cache directory ([`CACHE_ENV`], else `$XDG_CACHE_HOME/skillret`, else
-//! `~/.cache/skillret`), or given outright in [`ENV`] (`f32=477.5,bf16=239.5`).
+//! (`examples/bench_linear`). [`of_this_cpu`] is what the engine chooses by,
+//! per thread: 256-bit and 512-bit f32 FMA and AVX-512 BF16's `vdpbf16ps`.
+//! f32 products run through the `gemm` crate's AVX-512 kernels only where
+//! 512-bit FMA is wide (about twice 256-bit; CPUs that split 512-bit
+//! operations in two run this crate's AVX2 panels faster); int8's kept
+//! layers run in bf16 only where bf16 is the faster unit; `--precision bf16`
+//! on a CPU whose bf16 is slower says so. On some CPUs bf16 runs at twice
+//! the f32 rate, on others at half: the rates are measured once (about 0.3
+//! s), cached per CPU model and level in `unit-rates.json` of the cache
+//! directory ([`CACHE_ENV`], else `$XDG_CACHE_HOME/skillret`, else
+//! `~/.cache/skillret`), or given outright in [`ENV`]
+//! (`fma256=119.4,fma512=238.7,bf16=119.8`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -21,37 +24,70 @@ use crate::isa::Isa;
 use crate::{Error, Precision, Result};
 
 /// The environment variable that gives the unit rates instead of measuring
-/// them: `f32=GOPS,bf16=GOPS` (10⁹ operations per second on one thread).
+/// them: `fma256=GOPS[,fma512=GOPS][,bf16=GOPS]` (10⁹ operations per second
+/// on one thread; a unit left out is one the CPU lacks).
 pub const ENV: &str = "SKILLRET_UNIT_RATES";
 
 /// The environment variable that names the cache file of measured rates
 /// (an empty value: no cache).
 pub const CACHE_ENV: &str = "SKILLRET_RATES_CACHE";
 
+/// 512-bit FMA must run this much faster than 256-bit FMA for the `gemm`
+/// crate's AVX-512 f32 kernels to be used: below it (CPUs that split 512-bit
+/// operations in two) this crate's AVX2 panels are the faster f32 path.
+const WIDE_FMA: f64 = 1.3;
+
 /// The per-thread rates, in 10⁹ operations per second (a multiply-add is
-/// two), of the two units the engine chooses between.
+/// two), of the units the engine chooses between.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct UnitRates {
-    /// f32 FMA at the active level (`vfmadd231ps`, 512 or 256 bits).
-    pub f32: f64,
-    /// AVX-512 BF16's `vdpbf16ps`.
-    pub bf16: f64,
+    /// f32 FMA on 256-bit registers (`vfmadd231ps`, AVX2).
+    pub fma256: f64,
+    /// f32 FMA on 512-bit registers (`None`: below the avx512 level).
+    pub fma512: Option<f64>,
+    /// AVX-512 BF16's `vdpbf16ps` (`None`: not at the active level).
+    pub bf16: Option<f64>,
 }
 
 impl UnitRates {
-    /// Whether bf16 products run faster than f32 ones here.
-    pub fn bf16_faster(&self) -> bool {
-        self.bf16 > self.f32
+    /// Whether f32 products run through the `gemm` crate's AVX-512 kernels:
+    /// where 512-bit FMA runs at least 1.3× 256-bit FMA (full-width AVX-512);
+    /// elsewhere through this crate's AVX2 panels.
+    pub fn wide_fma(&self) -> bool {
+        self.fma512
+            .is_some_and(|wide| wide >= WIDE_FMA * self.fma256)
     }
 
-    /// Reads [`ENV`]'s form, `f32=GOPS,bf16=GOPS`.
+    /// The rate f32 products run at: the unit [`UnitRates::wide_fma`] picks.
+    pub fn f32(&self) -> f64 {
+        match self.fma512 {
+            Some(wide) if self.wide_fma() => wide,
+            _ => self.fma256,
+        }
+    }
+
+    /// Whether bf16 products run faster than f32 ones here.
+    pub fn bf16_faster(&self) -> bool {
+        self.bf16.is_some_and(|bf16| bf16 > self.f32())
+    }
+
+    /// This CPU's bf16 and f32 rates where its bf16 unit is known and not
+    /// the faster one.
+    pub fn bf16_slower(&self) -> Option<(f64, f64)> {
+        self.bf16
+            .filter(|_| !self.bf16_faster())
+            .map(|bf16| (bf16, self.f32()))
+    }
+
+    /// Reads [`ENV`]'s form.
     pub fn parse(value: &str) -> Result<Self> {
         let bad = |why: String| {
             Error::Invalid(format!(
-                "{ENV}={value:?}: {why} (expected f32=GOPS,bf16=GOPS, e.g. f32=477.5,bf16=239.5)"
+                "{ENV}={value:?}: {why} (expected fma256=GOPS[,fma512=GOPS][,bf16=GOPS], \
+                 e.g. fma256=119.4,fma512=238.7,bf16=119.8)"
             ))
         };
-        let (mut f32, mut bf16) = (None, None);
+        let (mut fma256, mut fma512, mut bf16) = (None, None, None);
         for part in value.split(',') {
             let (unit, rate) = part
                 .split_once('=')
@@ -63,38 +99,62 @@ impl UnitRates {
                 .filter(|r: &f64| r.is_finite() && *r > 0.0)
                 .ok_or_else(|| bad(format!("{rate:?} is not a positive rate")))?;
             match unit.trim() {
-                "f32" => f32 = Some(rate),
+                "fma256" => fma256 = Some(rate),
+                "fma512" => fma512 = Some(rate),
                 "bf16" => bf16 = Some(rate),
-                other => return Err(bad(format!("{other:?} is not a unit (f32, bf16)"))),
+                other => {
+                    return Err(bad(format!(
+                        "{other:?} is not a unit (fma256, fma512, bf16)"
+                    )));
+                }
             }
         }
-        match (f32, bf16) {
-            (Some(f32), Some(bf16)) => Ok(Self { f32, bf16 }),
-            _ => Err(bad("both units are needed".into())),
-        }
+        let fma256 = fma256.ok_or_else(|| bad("fma256 is needed".into()))?;
+        Ok(Self {
+            fma256,
+            fma512,
+            bf16,
+        })
     }
 
-    /// Measures both rates on this thread, where the CPU runs bf16 at the
-    /// active level (`None` elsewhere: there is nothing to choose).
+    /// Measures the units of the active level on this thread (`None` below
+    /// avx2: there is nothing to choose).
     pub fn measure() -> Option<Self> {
-        if !crate::bf16::supported() {
+        if !crate::isa::allows(Isa::Avx2) {
             return None;
         }
-        let fma = if crate::isa::active() >= Isa::Avx512 {
-            Instruction::Avx512Fma
-        } else {
-            Instruction::Avx2Fma
-        };
+        let avx512 = crate::isa::avx512();
         Some(Self {
-            f32: rate_on_this_thread(fma)?,
-            bf16: rate_on_this_thread(Instruction::Avx512Bf16)?,
+            fma256: rate_on_this_thread(Instruction::Avx2Fma)?,
+            fma512: if avx512 {
+                rate_on_this_thread(Instruction::Avx512Fma)
+            } else {
+                None
+            },
+            bf16: if crate::bf16::supported() {
+                rate_on_this_thread(Instruction::Avx512Bf16)
+            } else {
+                None
+            },
         })
+    }
+
+    /// The units the active level lacks, dropped (given rates may name
+    /// units the level cannot run).
+    fn at_this_level(mut self) -> Self {
+        if !crate::isa::avx512() {
+            self.fma512 = None;
+        }
+        if !crate::bf16::supported() {
+            self.bf16 = None;
+        }
+        self
     }
 }
 
-/// This CPU's [`UnitRates`] where it runs bf16 at the active level (`None`
-/// elsewhere): [`ENV`]'s, else the cache's for this CPU model and level,
-/// else measured and cached. Once per process.
+/// This CPU's [`UnitRates`] at the active level (`None` below avx2):
+/// [`ENV`]'s, else the cache's for this CPU model and level, else measured
+/// and cached. Once per process.
 pub fn of_this_cpu() -> Result<Option<UnitRates>> {
     static RATES: OnceLock<Result<Option<UnitRates>, String>> = OnceLock::new();
     RATES
@@ -104,13 +164,26 @@ pub fn of_this_cpu() -> Result<Option<UnitRates>> {
                 Ok(value) => Some(UnitRates::parse(&value).map_err(|e| e.to_string())?),
                 Err(_) => None,
             };
-            if !crate::bf16::supported() {
+            if !crate::isa::allows(Isa::Avx2) {
                 return Ok(None);
             }
-            Ok(given.or_else(|| cached_or_measured(cache_file())))
+            Ok(given
+                .map(UnitRates::at_this_level)
+                .or_else(|| cached_or_measured(cache_file())))
         })
         .clone()
         .map_err(Error::Invalid)
+}
+
+/// Whether f32 products run through the `gemm` crate's AVX-512 kernels (at
+/// the avx512 level, on a CPU with full-width 512-bit FMA: see
+/// [`UnitRates::wide_fma`]); elsewhere through this crate's panels. Loaders
+/// check [`of_this_cpu`] first; rates that cannot be read count as wide.
+pub fn f32_in_gemm() -> bool {
+    static GEMM: OnceLock<bool> = OnceLock::new();
+    *GEMM.get_or_init(|| {
+        crate::isa::avx512() && of_this_cpu().ok().flatten().is_none_or(|r| r.wide_fma())
+    })
 }
 
 /// The cache file of measured rates (`None`: no cache).
@@ -311,7 +384,7 @@ impl Instruction {
                 crate::int8::Kernel::AvxVnni => Self::AvxVnni,
                 crate::int8::Kernel::Avx2 => Self::Avx2Int8,
             }),
-            Precision::F32 if level >= crate::isa::Isa::Avx512 => Some(Self::Avx512Fma),
+            Precision::F32 if f32_in_gemm() => Some(Self::Avx512Fma),
             Precision::F32 if level >= crate::isa::Isa::Avx2 => Some(Self::Avx2Fma),
             Precision::F32 => None,
         }
@@ -512,25 +585,36 @@ mod tests {
 
     #[test]
     fn rates_are_given_in_one_form() {
-        let r = UnitRates::parse("f32=477.5, bf16=239.5").expect("valid");
-        assert_eq!(
-            r,
-            UnitRates {
-                f32: 477.5,
-                bf16: 239.5
-            }
-        );
-        assert!(!r.bf16_faster());
+        let r = UnitRates::parse("fma256=119.4, fma512=238.7,bf16=119.8").expect("valid");
+        let want = UnitRates {
+            fma256: 119.4,
+            fma512: Some(238.7),
+            bf16: Some(119.8),
+        };
+        assert_eq!(r, want);
+        // Full-width AVX-512 with a half-rate bf16 unit: gemm's f32, bf16 slower.
+        assert!(r.wide_fma() && !r.bf16_faster());
+        assert_eq!(r.f32(), 238.7);
+        assert_eq!(r.bf16_slower(), Some((119.8, 238.7)));
+        // 512-bit operations split in two (the same rate): the AVX2 panels.
+        let split = UnitRates::parse("fma256=117.4,fma512=117.4,bf16=234.9").expect("valid");
+        assert!(!split.wide_fma() && split.bf16_faster());
+        assert_eq!((split.f32(), split.bf16_slower()), (117.4, None));
+        let avx2 = UnitRates::parse("fma256=120").expect("valid");
+        assert!(!avx2.wide_fma() && !avx2.bf16_faster() && avx2.bf16_slower().is_none());
         for bad in [
-            "f32=1",
-            "f32=1,bf16=0",
-            "f32=1,bf16=x",
-            "f32=1,int8=2",
-            "f32",
+            "bf16=1",
+            "fma256=0",
+            "fma256=1,bf16=x",
+            "fma256=1,int8=2",
+            "fma256",
         ] {
             let e = UnitRates::parse(bad).expect_err(bad).to_string();
             assert!(e.starts_with(&format!("{ENV}=")), "{e}");
-            assert!(e.contains("expected f32=GOPS,bf16=GOPS"), "{e}");
+            assert!(
+                e.contains("expected fma256=GOPS[,fma512=GOPS][,bf16=GOPS]"),
+                "{e}"
+            );
         }
     }
 
@@ -539,20 +623,23 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let file = dir.path().join("cache").join("unit-rates.json");
         let Some(measured) = cached_or_measured(Some(file.clone())) else {
-            // No bf16 unit at this level: nothing to measure or cache.
-            assert!(!crate::bf16::supported());
+            // Below avx2: nothing to measure or cache.
+            assert!(!crate::isa::allows(Isa::Avx2));
             assert!(!file.exists());
             return;
         };
-        assert!(measured.f32 > 0.0 && measured.bf16 > 0.0, "{measured:?}");
+        assert!(measured.fma256 > 0.0, "{measured:?}");
+        assert_eq!(measured.fma512.is_some(), crate::isa::avx512());
+        assert_eq!(measured.bf16.is_some(), crate::bf16::supported());
         let read = |f: &PathBuf| -> BTreeMap<String, UnitRates> {
             serde_json::from_slice(&std::fs::read(f).expect("cache written")).expect("json")
         };
         assert_eq!(read(&file).get(&cache_key()), Some(&measured));
         // The cache is what a later process reads (not measured again).
         let planted = UnitRates {
-            f32: 1.0,
-            bf16: 2.0,
+            fma256: 1.0,
+            fma512: None,
+            bf16: Some(2.0),
         };
         let mut cache = read(&file);
         cache.insert(cache_key(), planted);
@@ -562,7 +649,7 @@ mod tests {
         // A damaged cache is measured over and rewritten.
         std::fs::write(&file, b"{not json").expect("write");
         let again = cached_or_measured(Some(file.clone())).expect("measured");
-        assert!(again.f32 > 1.0, "{again:?}");
+        assert!(again.fma256 > 1.0, "{again:?}");
         assert_eq!(read(&file).get(&cache_key()), Some(&again));
         let leftovers: Vec<_> = std::fs::read_dir(file.parent().expect("dir"))
             .expect("dir")
