@@ -1290,11 +1290,7 @@ fn run_with_milvus_down_fails_within_seconds_and_writes_nothing() {
 /// names it and the int8 kernel that ran.
 #[test]
 fn the_instruction_set_cap_is_checked_and_named() {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
-    if !model.join("model.safetensors").is_file() {
-        eprintln!("skipping: run scripts/fetch-models.sh");
-        return;
-    }
+    let Some(model) = minilm() else { return };
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jsonl");
     std::fs::write(&input, "\"a skill that formats dates\"\n").unwrap();
@@ -1345,11 +1341,7 @@ fn the_instruction_set_cap_is_checked_and_named() {
 
 #[test]
 fn int8_keeps_its_layers_in_the_faster_unit_and_a_slower_bf16_is_named() {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
-    if !model.join("model.safetensors").is_file() {
-        eprintln!("skipping: run scripts/fetch-models.sh");
-        return;
-    }
+    let Some(model) = minilm() else { return };
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jsonl");
     std::fs::write(
@@ -1432,11 +1424,7 @@ fn int8_keeps_its_layers_in_the_faster_unit_and_a_slower_bf16_is_named() {
 
 #[test]
 fn the_attention_kernel_is_checked_and_named() {
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
-    if !model.join("model.safetensors").is_file() {
-        eprintln!("skipping: run scripts/fetch-models.sh");
-        return;
-    }
+    let Some(model) = minilm() else { return };
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jsonl");
     std::fs::write(&input, "\"a skill that formats dates\"\n\"pdf\"\n").unwrap();
