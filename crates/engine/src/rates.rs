@@ -199,18 +199,20 @@ fn cache_file() -> Option<PathBuf> {
     }
 }
 
+/// This CPU's model name (`/proc/cpuinfo`'s first `model name`; `None`
+/// where there is none).
+pub fn cpu_model() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines().find_map(|l| {
+        l.strip_prefix("model name")?
+            .split_once(':')
+            .map(|(_, m)| m.trim().to_owned())
+    })
+}
+
 /// The cache's key: the CPU model and the active level.
 fn cache_key() -> String {
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines().find_map(|l| {
-                l.strip_prefix("model name")?
-                    .split_once(':')
-                    .map(|(_, m)| m.trim().to_owned())
-            })
-        })
-        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let model = cpu_model().unwrap_or_else(|| "unknown CPU".to_owned());
     format!("{model} | {}", crate::isa::active())
 }
 

@@ -160,15 +160,7 @@ pub(crate) fn model(model: &ModelRef, dir: Option<&Path>) -> Result<ModelProvena
 /// The machine: CPU model and the instruction level the native engine
 /// uses; what each model ran on, in the engine's words, when it was loaded.
 pub(crate) fn device(embedder: Option<&str>, reranker: Option<&str>) -> Value {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_owned())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    let cpu = engine::rates::cpu_model().unwrap_or_else(|| std::env::consts::ARCH.to_owned());
     let isa = engine::isa::resolve(
         std::env::var(engine::isa::ENV).ok().as_deref(),
         &engine::Isa::on_this_cpu(),
