@@ -10,13 +10,7 @@ use crate::error::{Diagnostic, Error, Location, Result};
 use crate::jsonl::for_each_record;
 use crate::qrels::Qrels;
 
-/// Strips leading and trailing whitespace as Python's `str.strip()` does.
-///
-/// Python's whitespace is Rust's plus the four ASCII separators U+001C..U+001F;
-/// the text recipe must match the official one byte for byte.
-pub fn py_strip(s: &str) -> &str {
-    s.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
-}
+pub use crate::jsonl::py_strip;
 
 /// The text every stage sees for a skill: `name | description | skill_md`,
 /// each part stripped, `skill_md` falling back to the description when empty.
@@ -375,6 +369,26 @@ struct RawQrel {
     query_id: String,
     skill_id: String,
     relevance: i64,
+}
+
+// Reading judgements from any of their sources needs the data layout, so it
+// lives with it (the `Qrels` type itself knows nothing of datasets).
+impl Qrels {
+    /// Reads judgements from a SkillRet data directory (its qrels, else its
+    /// queries' labels, for `split`), a SkillRet qrels JSONL file, or a TREC
+    /// qrels file (`query iter doc grade`), telling them apart by what `path` is.
+    pub fn read(path: &Path, split: &str, warnings: &mut Vec<Diagnostic>) -> Result<Self> {
+        if path.is_dir() {
+            let dataset = Dataset::load(path, split)?;
+            warnings.extend(dataset.warnings);
+            return Ok(dataset.qrels);
+        }
+        if crate::qrels::starts_with_brace(path)? {
+            read_qrels_jsonl(path, warnings)
+        } else {
+            Qrels::read_trec(path)
+        }
+    }
 }
 
 /// Reads a SkillRet qrels file (`{query_id, skill_id, relevance}` per line).

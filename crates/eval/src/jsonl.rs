@@ -6,6 +6,14 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Location, Result};
 
+/// Strips leading and trailing whitespace as Python's `str.strip()` does.
+///
+/// Python's whitespace is Rust's plus the four ASCII separators U+001C..U+001F;
+/// the text recipe must match the official one byte for byte.
+pub fn py_strip(s: &str) -> &str {
+    s.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
+}
+
 /// Calls `f` with each record of a JSON Lines file and its 1-based line number.
 ///
 /// Blank lines are skipped, as the official loader skips them. A line that is
@@ -19,7 +27,7 @@ pub(crate) fn for_each_record<T: DeserializeOwned>(
     for (index, raw) in bytes.split(|&b| b == b'\n').enumerate() {
         let line = index + 1;
         let text = std::str::from_utf8(raw).map_err(|e| utf8_error(path, line, raw, &e))?;
-        if crate::data::py_strip(text).is_empty() {
+        if py_strip(text).is_empty() {
             continue;
         }
         let record = parse_line(text).map_err(|(field, message)| {

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use rustc_hash::FxBuildHasher;
 
-use crate::error::{Diagnostic, Error, Location, Result};
+use crate::error::{Error, Location, Result};
 
 /// The judgements of one query: document id → grade.
 pub type Judgements = HashMap<String, i64, FxBuildHasher>;
@@ -64,22 +64,6 @@ impl Qrels {
             .max()
             .unwrap_or(0)
             .max(0)
-    }
-
-    /// Reads judgements from a SkillRet data directory (its qrels, else its
-    /// queries' labels, for `split`), a SkillRet qrels JSONL file, or a TREC
-    /// qrels file (`query iter doc grade`), telling them apart by what `path` is.
-    pub fn read(path: &Path, split: &str, warnings: &mut Vec<Diagnostic>) -> Result<Self> {
-        if path.is_dir() {
-            let dataset = crate::data::Dataset::load(path, split)?;
-            warnings.extend(dataset.warnings);
-            return Ok(dataset.qrels);
-        }
-        if starts_with_brace(path)? {
-            crate::data::read_qrels_jsonl(path, warnings)
-        } else {
-            Self::read_trec(path)
-        }
     }
 
     /// Reads a TREC qrels file. A repeated (query, document) pair is an error,

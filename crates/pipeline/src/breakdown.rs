@@ -10,7 +10,7 @@ use eval::metrics::{Evaluation, Metric};
 use eval::{Qrels, Query, Skill};
 use serde_json::{Value, json};
 
-use crate::report::Stage;
+use crate::ranking::Stage;
 
 /// One way of grouping the queries.
 pub(crate) struct Breakdown {

@@ -3,7 +3,12 @@
 
 use plotters::prelude::*;
 
-use crate::report::Curve;
+/// Recall@k and NDCG@k for k = 1..=depth, per stage.
+pub(crate) struct Curve {
+    pub(crate) stage: String,
+    pub(crate) recall: Vec<f64>,
+    pub(crate) ndcg: Vec<f64>,
+}
 
 /// The plot as SVG text.
 pub(crate) fn svg(curves: &[Curve], depth: usize) -> String {

@@ -9,28 +9,18 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use eval::Qrels;
 use eval::metrics::{Evaluation, Metric, Options, evaluate};
-use eval::{Qrels, Run};
 use serde_json::{Map, Value, json};
 
 use crate::config::Settings;
+use crate::plot::Curve;
+use crate::ranking::Stage;
 
 /// Rounds of the paired randomization test.
 const TRIALS: usize = 10_000;
 /// Its seed (fixed: the p-value is part of the deterministic report).
 const SEED: u64 = 20_260_512;
-
-/// One stage's ranking.
-pub(crate) struct Stage {
-    /// `retriever` or `reranker`; a hybrid retriever's parts are `dense`
-    /// and `bm25`.
-    pub(crate) name: String,
-    /// Its run.
-    pub(crate) run: Run,
-    /// The stage it builds on (by index), for the change it makes: the
-    /// reranker on the retriever, a hybrid retriever on its dense part.
-    pub(crate) after: Option<usize>,
-}
 
 /// An approximate or remote index against exact search on the run's queries.
 #[derive(Debug, Clone)]
@@ -440,13 +430,6 @@ fn per_query(qrels: &Qrels, stages: &[Stage], evals: &[Evaluation]) -> String {
         }
     }
     s
-}
-
-/// Recall@k and NDCG@k for k = 1..=depth, per stage.
-pub(crate) struct Curve {
-    pub(crate) stage: String,
-    pub(crate) recall: Vec<f64>,
-    pub(crate) ndcg: Vec<f64>,
 }
 
 fn curves(qrels: &Qrels, stages: &[Stage], depth: usize) -> Result<Vec<Curve>> {

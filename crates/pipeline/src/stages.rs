@@ -19,8 +19,8 @@ use reranker::{Activation, CrossEncoder, Reranker, RerankerOptions};
 use served::{ApiKey, Connection, Endpoint};
 
 use crate::cache::{Shards, model_fingerprint, tokenizer_fingerprint};
-use crate::commands::embed::{model_dir, tokenizer_dir};
 use crate::config::{DataSource, EmbedderSettings, ModelRef, RerankerSettings, ServedSettings};
+use crate::hub::{model_dir, tokenizer_dir};
 use crate::report::StageTiming;
 
 /// Vectors per cache shard.

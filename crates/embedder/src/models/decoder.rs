@@ -25,7 +25,6 @@ use candle_nn::{Linear as CandleLinear, VarBuilder};
 use rayon::prelude::*;
 
 use super::lora::Lora;
-use super::nvembed::{CandleLatent, LatentPooler};
 use super::profile::stage;
 pub(crate) use super::varlen::Rope;
 use super::varlen::{self, Packed, RopeTables, rope_tables};
@@ -326,6 +325,22 @@ impl TokenEmbeddings {
     }
 }
 
+/// A pooling that reads every row of the final states, in place of their
+/// mean: NV-Embed's latent-attention block (`nvembed.rs`), which the family
+/// that needs it sets on the decoder (the decoder knows no family).
+pub(crate) trait RowPooling: Send + Sync {
+    /// One vector per sequence from the normalised states of the batch
+    /// (`lengths` laid end to end).
+    fn pool(&self, states: &[f32], lengths: &[usize], pool: Pool) -> Vec<f32>;
+}
+
+/// [`RowPooling`] on the candle path: the block applied to every row, the
+/// mean taken after it.
+pub(crate) trait CandleRowPooling: Send + Sync {
+    /// The block on states `[1, rows, hidden]`.
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor>;
+}
+
 /// Decoder weights ready for the native forward pass.
 pub(crate) struct NativeDecoder {
     spec: Spec,
@@ -334,7 +349,7 @@ pub(crate) struct NativeDecoder {
     layers: Vec<Layer>,
     norm: Vec<f32>,
     /// NV-Embed's pooling block, applied before the mean.
-    pub(crate) latent: Option<LatentPooler>,
+    pub(crate) latent: Option<Box<dyn RowPooling>>,
     buffers: Reused<Buffers>,
 }
 
@@ -647,7 +662,7 @@ pub(crate) struct CandleDecoder {
     /// One per rotary base of [`Spec::ropes`].
     ropes: Vec<RopeTables>,
     /// NV-Embed's pooling block, applied before the mean.
-    pub(crate) latent: Option<CandleLatent>,
+    pub(crate) latent: Option<Box<dyn CandleRowPooling>>,
     device: Device,
     /// Checked at load (`varlen::check_kernel`, in `models::load`).
     kernel: AttentionKernel,

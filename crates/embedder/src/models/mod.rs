@@ -276,7 +276,7 @@ pub(crate) fn load(
             (_, Some((spec, w))) => {
                 let mut model = decoder::NativeDecoder::load(w, spec, plan, lora.as_ref())?;
                 if let ModelConfig::NvEmbed(c) = config {
-                    model.latent = Some(nvembed::LatentPooler::load(w, &c.latent, plan)?);
+                    model.latent = Some(Box::new(nvembed::LatentPooler::load(w, &c.latent, plan)?));
                 }
                 Box::new(model)
             }
@@ -323,9 +323,9 @@ pub(crate) fn load(
                     lora.as_ref(),
                 )?;
                 if let ModelConfig::NvEmbed(c) = config {
-                    model.latent = Some(nvembed::CandleLatent::load(
+                    model.latent = Some(Box::new(nvembed::CandleLatent::load(
                         files, w, &c.latent, device, dtype,
-                    )?);
+                    )?));
                 }
                 Box::new(model)
             }

@@ -26,6 +26,7 @@ use candle_nn::{Linear as CandleLinear, VarBuilder};
 use rayon::prelude::*;
 
 use super::Pool;
+use super::decoder::{CandleRowPooling, RowPooling};
 use super::mistral::MistralConfig;
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
@@ -364,11 +365,13 @@ impl LatentPooler {
         self.ff_out.forward(&act, m, &mut y, Some(x));
         x.copy_from_slice(&y);
     }
+}
 
+impl RowPooling for LatentPooler {
     /// The pooled vector of each sequence (states laid end to end, after the
     /// decoder's final norm): the block on the tokens the mean keeps (each
     /// sequence's first `pool.skip` left out), then their mean.
-    pub(crate) fn pool(&self, states: &[f32], lengths: &[usize], pool: Pool) -> Vec<f32> {
+    fn pool(&self, states: &[f32], lengths: &[usize], pool: Pool) -> Vec<f32> {
         let d = self.config.latent_dim;
         let mut out = vec![0.0f32; lengths.len() * d];
         // (sequence, first row, rows) of the kept spans.
@@ -482,8 +485,10 @@ impl CandleLatent {
             config: c.clone(),
         })
     }
+}
 
-    pub(crate) fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+impl CandleRowPooling for CandleLatent {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let c = &self.config;
         let (b, len, d) = x.dims3()?;
         let (heads, dh) = (c.heads, c.head_dim);

@@ -9,7 +9,8 @@ use eval::{Dataset, Run};
 use reranker::{Activation, CrossEncoder, Reranker, RerankerOptions};
 
 use crate::cli::RerankArgs;
-use crate::commands::embed::{backend, model_dir, precision};
+use crate::commands::embed::{backend, precision};
+use crate::hub::model_dir;
 
 pub(crate) fn run(args: &RerankArgs) -> Result<()> {
     if args.top_n == 0 {

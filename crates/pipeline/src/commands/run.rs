@@ -17,7 +17,8 @@ use rayon::prelude::*;
 use crate::cli::RunArgs;
 use crate::config::{Combine, IndexKind, Overrides, RetrieverKind, Settings};
 use crate::provenance;
-use crate::report::{self, Stage, StageTiming};
+use crate::ranking::Stage;
+use crate::report::{self, StageTiming};
 use crate::stages::{self, Vectors, load_dataset, summary};
 
 pub(crate) fn run(args: &RunArgs) -> Result<()> {
