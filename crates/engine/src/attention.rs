@@ -5,8 +5,8 @@
 //!
 //! One kernel serves every family: bidirectional (BERT) or causal (decoders),
 //! and grouped-query attention (several query heads share one key/value
-//! head). Queries, keys and values are read in place from the rows of the
-//! fused QKV product.
+//! head). Queries are read in place from the rows of the fused QKV product;
+//! the fast path copies keys and values out once per sequence and head.
 
 use rayon::prelude::*;
 
@@ -97,7 +97,7 @@ impl QkvLayout {
 /// `lengths` are the sequences laid end to end in `qkv` (rows of
 /// `layout.stride`) and in `out` (rows of `query·dim`, head after head).
 ///
-/// `packed` holds the keys the fast path packs: reused from one
+/// `packed` holds the keys and values the fast path packs: reused from one
 /// call to the next, it saves fresh allocations.
 ///
 /// With `picks`, only one query per sequence, at position `picks[s]` of
@@ -151,9 +151,8 @@ fn run(
     assert!(qkv.len() >= total * layout.stride && out.len() >= rows * width);
     // Tasks own disjoint row ranges of `out`: one block of queries of one
     // sequence, every head.
-    // The fast path reads keys packed once per sequence and key/value head
-    // (in blocks of 16), shared by every task of the sequence; values are
-    // read in place.
+    // The fast path reads keys (in blocks of 16) and values packed once per
+    // sequence and key/value head, shared by every task of the sequence.
     if fast {
         packed.fill(heads, lengths, qkv, layout);
     }
@@ -340,8 +339,7 @@ impl Task<'_> {
         scratch.sum.resize(states, 0.0);
         scratch.alpha.resize(MR, 0.0);
         for kv_head in 0..heads.kv {
-            let packed_keys = packed.get(self.index, kv_head);
-            let values = &seq[layout.v + kv_head * d..];
+            let (packed_keys, values) = packed.get(self.index, kv_head);
             let mut k0 = start;
             while k0 < keys {
                 let n = (keys - k0).min(KEYS);
@@ -378,8 +376,8 @@ impl Task<'_> {
                             mr,
                             &scratch.scores,
                             seen,
-                            &values[k0 * stride..],
-                            stride,
+                            &values[k0 * d..],
+                            d,
                             d,
                             &scratch.alpha,
                             k0 == start,
@@ -424,11 +422,15 @@ mod fast {
     }
 
     /// Keys of every sequence and key/value head of a batch, in blocks of
-    /// 16: `[block][c][16]` (zeros past the last key).
+    /// 16: `[block][c][16]` (zeros past the last key), and their values,
+    /// `[row][c]`: contiguous rows, where the fused projection's are a whole
+    /// QKV row apart (a page or more: every value read of `P·V` would touch
+    /// another page).
     #[derive(Default)]
     pub struct Packed {
         keys: Vec<f32>,
-        /// Per (sequence, kv head): start of its keys.
+        values: Vec<f32>,
+        /// Per (sequence, kv head): start of its keys and of its values.
         offsets: Vec<usize>,
         kv: usize,
     }
@@ -463,23 +465,31 @@ mod fast {
                     size += len.div_ceil(16) * 16 * d;
                 }
             }
-            // Every value is written below: padding keys explicitly.
+            // Every key is written below, padding keys explicitly; values
+            // past the last row are never read.
             let keys = &mut self.keys;
             keys.resize(size, 0.0);
-            // Split the buffer into the (sequence, head) parts, in order.
+            self.values.resize(size, 0.0);
+            // Split the buffers into the (sequence, head) parts, in order.
             let mut parts = Vec::with_capacity(offsets.len());
-            let mut rest = &mut keys[..];
+            let (mut rest, mut rest_values) = (&mut keys[..], &mut self.values[..]);
             let mut start = 0;
             for &len in lengths {
                 for h in 0..heads.kv {
                     let (k, tail) = rest.split_at_mut(len.div_ceil(16) * 16 * d);
-                    parts.push((start, len, h, k));
+                    let (v, tail_values) = rest_values.split_at_mut(len.div_ceil(16) * 16 * d);
+                    parts.push((start, len, h, k, v));
                     rest = tail;
+                    rest_values = tail_values;
                 }
                 start += len;
             }
-            parts.into_par_iter().for_each(|(start, len, h, k)| {
+            parts.into_par_iter().for_each(|(start, len, h, k, v)| {
                 let stride = layout.stride;
+                for (j, row) in v.chunks_exact_mut(d).take(len).enumerate() {
+                    let at = (start + j) * stride + layout.v + h * d;
+                    row.copy_from_slice(&qkv[at..at + d]);
+                }
                 // The last block's padding lanes interleave with its keys: clear it whole.
                 k[(len / 16) * d * 16..].fill(0.0);
                 #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
@@ -515,11 +525,12 @@ mod fast {
             self.kv = heads.kv;
         }
 
-        /// The packed keys of sequence `s`, head `h`.
-        pub(super) fn get(&self, s: usize, h: usize) -> &[f32] {
+        /// The packed keys and values of sequence `s`, head `h`.
+        pub(super) fn get(&self, s: usize, h: usize) -> (&[f32], &[f32]) {
             let i = s * self.kv + h;
             let end = self.offsets.get(i + 1).copied().unwrap_or(self.keys.len());
-            &self.keys[self.offsets[i]..end]
+            let span = self.offsets[i]..end;
+            (&self.keys[span.clone()], &self.values[span])
         }
     }
 
@@ -549,12 +560,17 @@ mod fast {
         assert!(scores.len() >= MR * KEYS);
         #[cfg(target_arch = "x86_64")]
         if !crate::isa::avx512() {
-            for b in 0..blocks {
-                let packed = &keys[(k0 / 16 + b) * d * 16..];
-                // SAFETY: as below; AVX2 and FMA are present (`supported`).
-                unsafe {
-                    super::avx2::scores(scores[b * 16..].as_mut_ptr(), q, stride, mr, packed, d);
-                }
+            // SAFETY: as below; AVX2 and FMA are present (`supported`).
+            unsafe {
+                super::avx2::scores(
+                    scores.as_mut_ptr(),
+                    q,
+                    stride,
+                    mr,
+                    &keys[k0 / 16 * d * 16..],
+                    blocks,
+                    d,
+                );
             }
             return;
         }
@@ -772,11 +788,13 @@ mod avx2 {
 
     use super::fast::{KEYS, MR};
 
-    /// One block of 16 packed keys against `MR` queries, as `scores_kernel`.
+    /// `blocks` blocks of 16 packed keys against `MR` queries, one block at
+    /// a time, as `scores_kernel`.
     ///
     /// # Safety
-    /// The CPU has AVX2 and FMA; `keys` holds the block (`d × 16`), each of
-    /// the `mr` query rows `d` values, `out` `MR` rows of [`KEYS`].
+    /// The CPU has AVX2 and FMA; `keys` holds the blocks (`d × 16` each),
+    /// each of the `mr` query rows `d` values, `out` `MR` rows of [`KEYS`]
+    /// and `blocks · 16 ≤ KEYS`.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn scores(
         out: *mut f32,
@@ -784,29 +802,33 @@ mod avx2 {
         stride: usize,
         mr: usize,
         keys: &[f32],
+        blocks: usize,
         d: usize,
     ) {
-        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         let rows: [*const f32; MR] = std::array::from_fn(|i| q[i.min(mr - 1) * stride..].as_ptr());
-        let kp = keys.as_ptr();
-        for c in 0..d {
-            // SAFETY: c < d: the block's 16 keys at c and each query value
-            // lie inside the slices (the caller's bounds).
-            unsafe {
-                let k0 = _mm256_loadu_ps(kp.add(c * 16));
-                let k1 = _mm256_loadu_ps(kp.add(c * 16 + 8));
-                for (i, acc) in acc.iter_mut().enumerate() {
-                    let x = _mm256_broadcast_ss(&*rows[i].add(c));
-                    acc[0] = _mm256_fmadd_ps(x, k0, acc[0]);
-                    acc[1] = _mm256_fmadd_ps(x, k1, acc[1]);
+        for b in 0..blocks {
+            let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+            // SAFETY: block b < blocks lies inside `keys`.
+            let kp = unsafe { keys.as_ptr().add(b * d * 16) };
+            for c in 0..d {
+                // SAFETY: c < d: the block's 16 keys at c and each query value
+                // lie inside the slices (the caller's bounds).
+                unsafe {
+                    let k0 = _mm256_loadu_ps(kp.add(c * 16));
+                    let k1 = _mm256_loadu_ps(kp.add(c * 16 + 8));
+                    for (i, acc) in acc.iter_mut().enumerate() {
+                        let x = _mm256_broadcast_ss(&*rows[i].add(c));
+                        acc[0] = _mm256_fmadd_ps(x, k0, acc[0]);
+                        acc[1] = _mm256_fmadd_ps(x, k1, acc[1]);
+                    }
                 }
             }
-        }
-        for (i, acc) in acc.iter().enumerate() {
-            // SAFETY: row i < MR, columns < 16 of the caller's window.
-            unsafe {
-                _mm256_storeu_ps(out.add(i * KEYS), acc[0]);
-                _mm256_storeu_ps(out.add(i * KEYS + 8), acc[1]);
+            for (i, acc) in acc.iter().enumerate() {
+                // SAFETY: row i < MR, columns b·16 .. b·16 + 16 ≤ KEYS.
+                unsafe {
+                    _mm256_storeu_ps(out.add(i * KEYS + b * 16), acc[0]);
+                    _mm256_storeu_ps(out.add(i * KEYS + b * 16 + 8), acc[1]);
+                }
             }
         }
     }
