@@ -325,19 +325,14 @@ impl TokenEmbeddings {
     }
 }
 
-/// A pooling that reads every row of the final states, in place of their
-/// mean: NV-Embed's latent-attention block (`nvembed.rs`), which the family
-/// that needs it sets on the decoder (the decoder knows no family).
+/// A pooling over every row of the final states (`lengths` end to end), set
+/// by a family: NV-Embed's latent attention (`nvembed.rs`).
 pub(crate) trait RowPooling: Send + Sync {
-    /// One vector per sequence from the normalised states of the batch
-    /// (`lengths` laid end to end).
     fn pool(&self, states: &[f32], lengths: &[usize], pool: Pool) -> Vec<f32>;
 }
 
-/// [`RowPooling`] on the candle path: the block applied to every row, the
-/// mean taken after it.
+/// [`RowPooling`]'s block on the candle path, on `[1, rows, hidden]`.
 pub(crate) trait CandleRowPooling: Send + Sync {
-    /// The block on states `[1, rows, hidden]`.
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor>;
 }
 

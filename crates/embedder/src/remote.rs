@@ -1,5 +1,7 @@
-//! The OpenAI embeddings API (`POST {endpoint}/embeddings`), as vLLM,
-//! text-embeddings-inference, Infinity and the hosted APIs speak it.
+//! Embedding models behind a server through the OpenAI embeddings API
+//! (`POST {endpoint}/embeddings`), as vLLM, text-embeddings-inference,
+//! Infinity and the hosted APIs speak it. The HTTP side (endpoints, keys,
+//! the replica pool with retries) is the `served` crate's.
 //!
 //! With a local model directory (its tokenizer, prompts and length; no
 //! weights needed) the client sends what the native engine would embed:
