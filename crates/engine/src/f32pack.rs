@@ -433,6 +433,16 @@ mod avx2 {
             // SAFETY: p < kc: the panel row p and each row's value p lie
             // inside the slices (asserted above).
             unsafe {
+                // The panel row eight ahead into L1, and A's stream with the
+                // non-temporal hint: the panel (24 KiB) and a tile of A
+                // (9 KiB) overflow L1 together, and without the hints A's
+                // lines push out the panel rows the next tile reads again
+                // (prefetches do not fault: the addresses past the ends are
+                // never read).
+                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add((p + 8) * NR).cast());
+                if PACKED {
+                    _mm_prefetch::<_MM_HINT_NTA>(ap.wrapping_add((p + 16) * MR).cast());
+                }
                 let b0 = _mm256_loadu_ps(bp.add(p * NR));
                 let b1 = _mm256_loadu_ps(bp.add(p * NR + 8));
                 for (r, acc) in acc.iter_mut().enumerate() {
