@@ -108,7 +108,7 @@ impl AttentionKernel {
 
     /// The kernel that runs where none is asked for: flash for bf16 on CUDA
     /// in a build that has it, once `scripts/bench_gpu.py` has shown its
-    /// parity on a GPU ([`FLASH_CHECKED`]); exact everywhere else.
+    /// parity on a GPU (`FLASH_CHECKED`); exact everywhere else.
     pub fn default_for(backend: Backend, precision: Precision) -> Self {
         if FLASH_CHECKED
             && cfg!(feature = "flash-attn")

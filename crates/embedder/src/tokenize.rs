@@ -301,7 +301,7 @@ impl Tokenization {
     /// model's own template), truncating the longer text first, as
     /// transformers does for `truncation="longest_first"`.
     ///
-    /// Each text is tokenised (see [`Tokenization::pair_heads`]) before the
+    /// Each text is tokenised (see `Tokenization::pair_heads`) before the
     /// pair is truncated: the tokenizers crate 0.23.2 cuts each text to the
     /// maximum length first (an early exit), which turns "longer text first"
     /// into a tie whenever both texts are long, and gives the odd token to

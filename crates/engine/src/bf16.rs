@@ -4,7 +4,7 @@
 //! Weights are rounded to bf16 once, at load, and packed in panels of 64
 //! output columns: for each pair of input rows (k, k+1) a panel holds 64
 //! interleaved pairs, four 512-bit vectors. Activations are rounded to bf16
-//! row-major, so a pair (A[r,k], A[r,k+1]) is one 32-bit word that is
+//! row-major, so a pair (A\[r,k\], A\[r,k+1\]) is one 32-bit word that is
 //! broadcast to all lanes. A micro-kernel keeps a 6 × 64 tile of C in 24
 //! registers; each step does 24 `vdpbf16ps` (two multiply-adds per lane each).
 

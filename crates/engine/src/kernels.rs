@@ -42,7 +42,7 @@ pub fn normalize(v: &mut [f32]) {
 /// (`m × n`, leading dimension `ldd`). Bounds are checked before the
 /// unchecked product runs. The `gemm` crate at the AVX-512 level on CPUs
 /// with full-width 512-bit FMA ([`crate::rates::f32_in_gemm`]), the packed
-/// kernels of [`crate::f32pack`] elsewhere.
+/// kernels of `f32pack` elsewhere.
 pub fn matmul(
     dst: &mut [f32],
     ldd: usize,

@@ -394,7 +394,7 @@ impl Instruction {
 }
 
 /// The peak rate, in 10⁹ arithmetic operations per second over all of
-/// rayon's threads, of `instruction` in [`CHAINS`] independent chains,
+/// rayon's threads, of `instruction` in `CHAINS` independent chains,
 /// registers only. `None` where the CPU lacks it.
 pub fn peak_gops(instruction: Instruction, iterations: usize) -> Option<f64> {
     if !instruction.available() {

@@ -1,6 +1,6 @@
 //! Retrieval metrics with trec_eval's semantics (as pytrec_eval computes them).
 //!
-//! - A ranking is the run's documents ordered by [`trec_order`](crate::run::trec_order)
+//! - A ranking is the run's documents ordered by [`trec_order`]
 //!   (score descending, ties by document id descending); the rank column of a
 //!   run file plays no part.
 //! - A document is relevant when its grade is ≥ 1. NDCG's gain is the grade
@@ -11,7 +11,7 @@
 //! - A query is scored when it is in the run and has at least one judgement
 //!   of any grade; a query judged only non-relevant scores 0 everywhere. Queries
 //!   with no judgements are skipped, and so are judged queries missing from the
-//!   run unless [`Options::complete`] is set (trec_eval's `-c`), exactly as
+//!   run unless `Options::complete` is set (trec_eval's `-c`), exactly as
 //!   pytrec_eval does.
 //!
 //! Completeness@k (the share of queries with every relevant document in the top

@@ -1,4 +1,9 @@
 //! Command-line types.
+//!
+//! Their doc comments are clap's help text, written for the terminal: TOML
+//! sections (`[data]`) and placeholders (`<config>`) stay as users read them,
+//! not as rustdoc links and tags.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
 use std::path::PathBuf;
 

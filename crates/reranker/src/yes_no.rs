@@ -233,7 +233,7 @@ impl YesNo {
             .collect())
     }
 
-    /// P(yes) of each pair: softmax([no, yes])[1] = σ(yes − no).
+    /// P(yes) of each pair: softmax(\[no, yes\])\[1\] = σ(yes − no).
     pub fn score<A, B>(
         &self,
         pairs: &[(A, B)],

@@ -6,10 +6,10 @@
 //! f32, bf16 or int8 linear layers) and a candle graph (the CUDA path, also
 //! runnable on the CPU to check the native one). The decoders share one
 //! engine (`decoder.rs`) that each family's config describes; per-task LoRA
-//! adapters merge into it at load (`lora.rs`). All implement [`Model`]: a
+//! adapters merge into it at load (`lora.rs`). All implement `Model`: a
 //! batch of token sequences in, one pooled vector per sequence out. Adding
 //! a family is one new file and one arm in [`ModelConfig::read`] and
-//! [`load`].
+//! `load`.
 
 pub(crate) mod bert;
 pub(crate) mod decoder;
