@@ -5,7 +5,8 @@
 //!
 //! Inputs are sorted by length and cut into batches by a token budget (an
 //! input longer than the budget gets a batch of its own); the results come
-//! back in input order whatever the batching.
+//! back in input order whatever the batching. The native CPU engine runs two
+//! batches side by side, each with half the budget ([`engine::lanes`]).
 
 use std::path::Path;
 
@@ -22,7 +23,8 @@ pub struct EncoderOptions {
     /// Truncate inputs to this many tokens (at most the model's own limit);
     /// `None`: the caller's default, else the model's limit.
     pub max_length: Option<usize>,
-    /// Tokens per batch.
+    /// Tokens per batch; the native CPU engine runs two batches of half
+    /// as many at once (see the module's documentation).
     pub batch_tokens: usize,
     /// The engine.
     pub backend: Backend,
@@ -243,16 +245,22 @@ impl Encoder {
         // Longest first, so batches hold inputs of similar length.
         let mut order: Vec<usize> = (0..inputs.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(inputs[i].ids.len()));
+        // A model that runs batches side by side shares the token budget
+        // among them: as much in memory at once as one batch of it all.
+        let lanes = self.model.lanes().max(1);
+        let all = batches(&order, inputs, (self.batch_tokens / lanes).max(1));
         let mut done = 0;
-        for batch in batches(&order, inputs, self.batch_tokens) {
-            let seqs: Vec<&Tokens> = batch.iter().map(|&i| &inputs[i]).collect();
-            let pooled = self.model.forward(&seqs, pool)?;
-            for (vector, &i) in pooled.chunks_exact(dim).zip(batch) {
+        let forward = |k: usize| {
+            let seqs: Vec<&Tokens> = all[k].iter().map(|&i| &inputs[i]).collect();
+            self.model.forward(&seqs, pool)
+        };
+        engine::lanes::side_by_side(all.len(), lanes, forward, |k, pooled: Vec<f32>| {
+            for (vector, &i) in pooled.chunks_exact(dim).zip(all[k]) {
                 data[i * dim..(i + 1) * dim].copy_from_slice(vector);
             }
-            done += batch.len();
+            done += all[k].len();
             progress(done);
-        }
+        })?;
         models::profile::report();
         Ok(data)
     }

@@ -182,7 +182,8 @@ pub struct EmbedderOptions {
     /// The document prompt by its name in the model's prompts.
     pub document_prompt_name: Option<String>,
     /// Tokens per batch: inputs are sorted by length and cut into batches of
-    /// about this many tokens.
+    /// about this many tokens (the native engine runs two batches of half
+    /// as many side by side).
     pub batch_tokens: usize,
     /// The engine.
     pub backend: Backend,

@@ -5,7 +5,8 @@
 //! windows (far shorter than the long inputs in the TEST Gemma3, Mistral
 //! and NV-Embed models, both of Gemma3's bidirectional and causal rules)
 //! are all exercised, with mean, CLS and last-token pooling. Each vector is
-//! the same whether its input shares a batch with the others or runs alone,
+//! the same whether its input shares a batch with the others or runs alone
+//! (in the native engine, which runs two batches at once, bit for bit),
 //! and bf16 through the same graph stays within cosine 0.999 (the families'
 //! bf16 bound). A kernel that cannot run is refused, naming why.
 //!
@@ -170,6 +171,48 @@ fn unpadded_candle_batches_equal_the_native_engine_for_every_family() {
         // NV-Embed's official attention depends on the batch by design.
         if case.dir != "test-nv-embed" || case.attention.is_some() {
             assert!(to_alone >= 0.999999, "{label}: batched vs alone {to_alone}");
+        }
+    }
+}
+
+#[test]
+fn the_native_engine_gives_the_same_bits_whatever_the_batching() {
+    // The native engine runs two batches side by side, each with half the
+    // token budget: one batch of everything, a budget in between and each
+    // input alone must give every vector bit for bit, and the progress
+    // counts must grow to the number of texts.
+    let Some(texts) = texts() else { return };
+    for case in CASES.iter().filter(|c| installed(c)) {
+        // NV-Embed's official attention depends on the batch by design.
+        if case.dir == "test-nv-embed" && case.attention.is_none() {
+            continue;
+        }
+        let label = format!("{} {:?} {:?}", case.dir, case.pooling, case.attention);
+        let dir = common::root().join("models").join(case.dir);
+        let runs = [1 << 20, 1200, 1].map(|batch| {
+            let options = options(case, Backend::Native, Precision::F32, batch);
+            let model = LocalEmbedder::from_dir(&dir, options).unwrap();
+            let seen = std::sync::Mutex::new(Vec::new());
+            let vectors = model
+                .embed_with_progress(&texts, Kind::Document, &|n| seen.lock().unwrap().push(n))
+                .unwrap();
+            let seen = seen.into_inner().unwrap();
+            assert!(
+                seen.windows(2).all(|w| w[0] < w[1]) && seen.last() == Some(&texts.len()),
+                "{label}, budget {batch}: progress {seen:?}"
+            );
+            vectors
+        });
+        for (run, batch) in runs[1..].iter().zip(["1200 tokens", "one input"]) {
+            for i in 0..texts.len() {
+                let bits =
+                    |e: &Embeddings| e.row(i).iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(run),
+                    bits(&runs[0]),
+                    "{label}: text {i}, batches of {batch}"
+                );
+            }
         }
     }
 }

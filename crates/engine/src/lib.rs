@@ -14,6 +14,8 @@
 //! - [`linear`]: the dense layer on top of the product kernels, with the
 //!   per-role [`linear::Plan`] of arithmetic; [`attention`]: tiled
 //!   attention with an online softmax over unpadded batches.
+//! - [`lanes`]: batches side by side on the thread pool, and the buffers
+//!   each keeps between batches.
 //!
 //! Imports point down that list; nothing here imports the crates above it
 //! (`embedder` holds the model families that use it).
@@ -25,6 +27,7 @@ mod f32pack;
 pub mod int8;
 pub mod isa;
 pub mod kernels;
+pub mod lanes;
 pub mod linear;
 pub mod rates;
 pub mod tile;

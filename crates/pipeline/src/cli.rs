@@ -389,7 +389,9 @@ pub struct EmbedArgs {
     #[arg(long, value_name = "TOKENS")]
     pub max_length: Option<usize>,
 
-    /// Tokens per batch.
+    /// Tokens per batch (the native engine runs two batches of half as many
+    /// side by side: the same memory, and no thread waits for the other at
+    /// the end of each layer's phases).
     #[arg(long, default_value_t = 8192, value_name = "TOKENS")]
     pub batch_tokens: usize,
 
@@ -505,7 +507,9 @@ pub struct RerankArgs {
     #[arg(long, value_name = "TOKENS")]
     pub max_length: Option<usize>,
 
-    /// Tokens per batch.
+    /// Tokens per batch (the native engine runs two batches of half as many
+    /// side by side: the same memory, and no thread waits for the other at
+    /// the end of each layer's phases).
     #[arg(long, default_value_t = 8192, value_name = "TOKENS")]
     pub batch_tokens: usize,
 

@@ -16,12 +16,13 @@ use serde::Deserialize;
 
 use super::profile::stage;
 use super::varlen::{self, Packed};
-use super::{Model, Pool, Reused, Tokens, gather_picked, picks, pool_states, sized};
+use super::{Model, Pool, Tokens, gather_picked, picks, pool_states};
 use crate::AttentionKernel;
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
 use engine::attention::{self, Heads, QkvLayout};
 use engine::kernels::{self, ROW_BLOCK};
+use engine::lanes::{Reused, sized};
 use engine::linear::{Linear, Plan, Role};
 
 /// The BERT architecture, from `config.json`.
@@ -460,6 +461,10 @@ impl Model for NativeBert {
                 }
             })
         })
+    }
+
+    fn lanes(&self) -> usize {
+        engine::lanes::count()
     }
 }
 

@@ -28,13 +28,14 @@ use super::lora::Lora;
 use super::profile::stage;
 pub(crate) use super::varlen::Rope;
 use super::varlen::{self, Packed, RopeTables, rope_tables};
-use super::{Mask, Model, Pool, Reused, Tokens, gather_picked, picks, pool_states, sized};
+use super::{Mask, Model, Pool, Tokens, gather_picked, picks, pool_states};
 use crate::AttentionKernel;
 use crate::config::Pooling;
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
 use engine::attention::{self, Heads, QkvLayout};
 use engine::kernels::{self, ROW_BLOCK};
+use engine::lanes::{Reused, sized};
 use engine::linear::{Arithmetic, Linear, Plan, Role};
 
 /// The feed-forward's gate activation.
@@ -508,6 +509,10 @@ impl Model for NativeDecoder {
     fn forward(&self, batch: &[&Tokens], pool: Pool) -> Result<Vec<f32>> {
         self.buffers
             .with(|buffers| Ok(self.run(batch, pool, buffers)))
+    }
+
+    fn lanes(&self) -> usize {
+        engine::lanes::count()
     }
 }
 

@@ -81,6 +81,12 @@ pub(crate) trait Model: Send + Sync {
     /// The pooled final states of a batch (`batch.len() × hidden`, row
     /// after row), not normalised.
     fn forward(&self, batch: &[&Tokens], pool: Pool) -> Result<Vec<f32>>;
+
+    /// How many batches to run at once, each with its share of the token
+    /// budget: one, or [`engine::lanes::count`] for the native engine.
+    fn lanes(&self) -> usize {
+        1
+    }
 }
 
 /// The architecture, from `config.json`.
@@ -378,31 +384,6 @@ pub(crate) fn load(
         }
         None => Ok((model, device)),
     }
-}
-
-/// State a model reuses from one call to the next (buffers whose fresh
-/// allocation would fault in every page on every batch). Calls on one model
-/// take turns.
-#[derive(Default)]
-pub(crate) struct Reused<T>(std::sync::Mutex<T>);
-
-impl<T> Reused<T> {
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
-        // A panic inside `f` leaves nothing that the next call relies on:
-        // every buffer is resized and overwritten before it is read.
-        let mut guard = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&mut guard)
-    }
-}
-
-/// `buffer` resized to `n` values, for a pass that writes each before
-/// reading it (its old values are not cleared).
-pub(crate) fn sized(buffer: &mut Vec<f32>, n: usize) -> &mut [f32] {
-    buffer.resize(n, 0.0);
-    &mut buffer[..n]
 }
 
 /// The position in each sequence whose state pooling keeps, where it keeps
