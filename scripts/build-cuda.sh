@@ -26,13 +26,23 @@
 #   a narrower head runs the next wider kernel, as the crate's own switch does), causal and not,
 #   no paged KV: 8 kernels, about 20 minutes on 2 cores, compiled once into
 #   $SKILLRET_CUDA_HOME/flash-attn-sm<cap> (CANDLE_FLASH_ATTN_BUILD_DIR) and reused by later builds.
-#   SASS for the one compute capability: flash attention runs on GPUs of that capability (the
-#   other kernels are PTX and run on any newer GPU).
+#   SASS for the one compute capability: flash attention runs on GPUs of that capability (a
+#   GPU of another major capability runs the exact kernel, named in the summary line).
+#
+# candle's own kernels (element-wise, reductions, indexing: candle-kernels) ship as PTX for one
+# compute capability, which the driver compiles on first use (about 20 s on a fresh machine), and
+# which does not load at all on an older GPU. The build replaces the crate's build script and
+# lib.rs with scripts/cuda/candle-kernels/{build.rs,lib.rs} (a copy under $SKILLRET_CUDA_HOME,
+# patched in as flash attention is): each module becomes a compressed fatbin with SASS for
+# SKILLRET_CUDA_ARCHS (default 80,86,89,90) and PTX for the newest of them, about 2 CPU-minutes
+# more than PTX alone. `cuobjdump --list-elf` of the built modules is checked at the end.
 #
 # Usage: scripts/build-cuda.sh [cargo build arguments...]
 #   SKILLRET_CARGO_COMMAND=clippy scripts/build-cuda.sh --workspace --all-targets --features pipeline/cuda,pipeline/flash-attn -- -D warnings
 #   default: cargo build --release -p pipeline --features cuda,flash-attn (target dir target/cuda)
-# Environment: CUDA_COMPUTE_CAP (default 90: Hopper, H100/H200; there is no GPU to ask here),
+# Environment: CUDA_COMPUTE_CAP (default 90: Hopper, H100/H200; there is no GPU to ask here: the
+#                flash attention kernels' SASS),
+#              SKILLRET_CUDA_ARCHS (default 80,86,89,90: candle's kernels' SASS),
 #              SKILLRET_CUDA_HOME (default .cache/cuda),
 #              SKILLRET_FLASH_ATTN=0 (default build without flash attention: minutes, not hours).
 set -euo pipefail
@@ -77,6 +87,9 @@ if [ ! -f "$stubs/libcuda.so" ]; then
     | awk '{ printf "int %s(void) { return 999; }\n", $1 }' > "$stubs/libcuda-stub.c"
   gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$stubs/libcuda.so" "$stubs/libcuda-stub.c"
 fi
+# Under its run-time name too, for running a CUDA build on a machine without a GPU driver
+# (`--backend native|candle`; CUDA itself answers that no device could be used): see README, GPU.
+[ -e "$stubs/libcuda.so.1" ] || ln -s libcuda.so "$stubs/libcuda.so.1"
 
 # CUTLASS for candle-flash-attn, from its PyPI wheel (see above).
 cutlass_commit=7d49e6c7e2f8896c47f586706e67e1fb215529dc # candle-flash-attn 0.11.1's build.rs
@@ -159,6 +172,22 @@ api = api[:start] + """void run_mha_fwd(Flash_fwd_params &params, cudaStream_t s
 PY
 fi
 
+# candle-kernels with SASS (see above).
+kernels_version=0.11.1
+kernels_registry=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/candle-kernels-$kernels_version | head -1)
+kernels="$home/candle-kernels-$kernels_version-sass"
+kernels_stamp=$(cat "$root/scripts/cuda/candle-kernels/build.rs" "$root/scripts/cuda/candle-kernels/lib.rs" | sha256sum | cut -c1-16)
+if [ "$(cat "$kernels/.sass" 2>/dev/null)" != "$kernels_stamp" ]; then
+  rm -rf "$kernels"
+  cp -r "$kernels_registry" "$kernels"
+  cp "$root/scripts/cuda/candle-kernels/build.rs" "$kernels/build.rs"
+  cp "$root/scripts/cuda/candle-kernels/lib.rs" "$kernels/src/lib.rs"
+  # Module::ptx returns cudarc's Ptx (the version and features candle-core already uses).
+  printf '\n[dependencies.cudarc]\nversion = "0.19.10"\ndefault-features = false\nfeatures = ["std", "nvrtc"]\n' >> "$kernels/Cargo.toml"
+  echo "$kernels_stamp" > "$kernels/.sass"
+fi
+export SKILLRET_CUDA_ARCHS="${SKILLRET_CUDA_ARCHS:-80,86,89,90}"
+
 export CUDA_HOME="$toolkit" CUDA_PATH="$toolkit" CUDA_ROOT="$toolkit" CUDA_TOOLKIT_ROOT_DIR="$toolkit"
 export PATH="$toolkit/bin:$PATH"
 export LIBRARY_PATH="$toolkit/lib:$stubs${LIBRARY_PATH:+:$LIBRARY_PATH}"
@@ -180,5 +209,31 @@ cp Cargo.lock "$home/Cargo.lock.saved"
 trap 'cp "$home/Cargo.lock.saved" "$root/Cargo.lock"' EXIT
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target/cuda}" \
   cargo "${SKILLRET_CARGO_COMMAND:-build}" \
-  --config "patch.crates-io.candle-flash-attn.path=\"$flash\"" "$@"
+  --config "patch.crates-io.candle-flash-attn.path=\"$flash\"" \
+  --config "patch.crates-io.candle-kernels.path=\"$kernels\"" "$@"
+
+# candle's modules carry the SASS asked for (see above), read back with cuobjdump (its own wheel:
+# CUDA 13.0 has none on PyPI; 13.2's reads 13.0's fatbins).
+if [ "${SKILLRET_CARGO_COMMAND:-build}" = build ]; then
+  cuobjdump="$home/cuobjdump/nvidia/cu13/bin/cuobjdump"
+  [ -x "$cuobjdump" ] ||
+    python3 -m pip install --quiet --no-deps --only-binary=:all: --target "$home/cuobjdump" nvidia-cuda-cuobjdump==13.2.51
+  out=$(ls -td "${CARGO_TARGET_DIR:-$root/target/cuda}"/*/build/candle-kernels-*/out | head -1)
+  newest=sm_$(tr ',' '\n' <<< "$SKILLRET_CUDA_ARCHS" | sort -n | tail -1)
+  count=0
+  for fatbin in "$out"/*.fatbin; do
+    module=$(basename "$fatbin" .fatbin)
+    sass=$("$cuobjdump" --list-elf "$fatbin" 2>/dev/null | grep -oE 'sm_[0-9]+a?\.cubin' | sed 's/\.cubin//' | sort | tr '\n' ' ' || true)
+    ptx=$("$cuobjdump" --list-ptx "$fatbin" | grep -oE 'sm_[0-9]+a?\.ptx' | sed 's/\.ptx//')
+    [ "$ptx" = "$newest" ] || { echo "error: $fatbin: PTX for ${ptx:-nothing}, not $newest" >&2; exit 1; }
+    if [ "$module" != quantized ]; then
+      for arch in ${SKILLRET_CUDA_ARCHS//,/ }; do
+        [[ " $sass" == *" sm_$arch "* ]] || { echo "error: $fatbin: no SASS for sm_$arch (has: $sass)" >&2; exit 1; }
+      done
+    fi
+    count=$((count + 1))
+  done
+  [ "$count" = 11 ] || { echo "error: $out: $count candle-kernels modules, not 11" >&2; exit 1; }
+  echo "candle-kernels: 11 modules with SASS for sm_${SKILLRET_CUDA_ARCHS//,/, sm_} (quantized: PTX only) and PTX for $newest ($(du -cb "$out"/*.fatbin | tail -1 | cut -f1) bytes)" >&2
+fi
 echo "built with CUDA from $toolkit (compute capability $CUDA_COMPUTE_CAP); run with LD_LIBRARY_PATH=$toolkit/lib" >&2

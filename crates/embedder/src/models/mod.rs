@@ -312,8 +312,14 @@ pub(crate) fn load(
             (_, Some((spec, _))) => spec.head_dim,
             (_, None) => unreachable!("decoders have weights"),
         };
-        // Refused before any weight loads.
-        let kernel = varlen::check_kernel(kernel, device, dtype, head_dim)?;
+        // Refused before any weight loads; where none was asked for and flash
+        // cannot run (a GPU its kernels were not compiled for), exact runs and
+        // the description says why.
+        let (kernel, why) = match varlen::check_kernel(kernel, device, dtype, head_dim) {
+            Ok(kernel) => (kernel, String::new()),
+            Err(e) if asked.is_none() => (AttentionKernel::Exact, format!(": {e}")),
+            Err(e) => return Err(e),
+        };
         let model: Box<dyn Model> = match (config, &weights) {
             (ModelConfig::Bert(c), _) => {
                 Box::new(bert::CandleBert::load(files, c, device, dtype, kernel)?)
@@ -341,7 +347,7 @@ pub(crate) fn load(
             Precision::Int8 => "f32: int8 runs on the native engine only".to_owned(),
             _ => format!("{dtype:?}").to_lowercase(),
         };
-        Ok((model, format!("candle, {dtype}, {kernel} attention")))
+        Ok((model, format!("candle, {dtype}, {kernel} attention{why}")))
     };
     if backend == Backend::Native && asked == Some(AttentionKernel::Flash) {
         return Err(Error::Invalid(
@@ -444,13 +450,16 @@ pub(crate) fn pool_states(states: &[f32], lengths: &[usize], dim: usize, pool: P
 /// The JIT compilation of candle's kernels on a CUDA device, started in the
 /// background while the weights load.
 ///
-/// candle ships its element-wise, reduction and indexing kernels as PTX for
-/// one compute capability; the driver compiles each module the first time
-/// it is loaded (about 18 s on an H200 for the modules a model uses, one
-/// after another, under candle's lock) and caches the result on disk
-/// (`~/.nv/ComputeCache`, or `CUDA_CACHE_PATH`). Loading the modules here,
-/// each on its own thread, fills that cache in parallel, so candle's own
-/// loads find them compiled.
+/// The registry's candle-kernels ships its element-wise, reduction and
+/// indexing kernels as PTX for one compute capability; the driver compiles
+/// each module the first time it is loaded (about 18 s on an H200 for the
+/// modules a model uses, one after another, under candle's lock) and caches
+/// the result on disk (`~/.nv/ComputeCache`, or `CUDA_CACHE_PATH`). Loading
+/// the modules here, each on its own thread, fills that cache in parallel,
+/// so candle's own loads find them compiled. The build of
+/// `scripts/build-cuda.sh` ships them as fatbins with SASS for the common
+/// GPUs (sm_80 to sm_90), which load without compiling: there this only
+/// matters on a GPU newer than those (their PTX).
 struct WarmUp(Vec<std::thread::JoinHandle<()>>);
 
 impl WarmUp {
@@ -486,11 +495,18 @@ fn warm_up(device: &candle_core::Device) -> WarmUp {
             .map(|module| {
                 let context = context.clone();
                 std::thread::spawn(move || {
-                    let _ = context.load_module(cudarc::nvrtc::Ptx::from_src(module.ptx()));
+                    let _ = context.load_module(image(module.ptx()));
                 })
             })
             .collect(),
     )
+}
+
+/// A module as the driver takes it: PTX text from the registry's candle-kernels, a fatbin from
+/// the build of `scripts/build-cuda.sh` (its `Module::ptx` returns cudarc's `Ptx` already).
+#[cfg(feature = "cuda")]
+fn image(module: impl Into<cudarc::nvrtc::Ptx>) -> cudarc::nvrtc::Ptx {
+    module.into()
 }
 
 #[cfg(not(feature = "cuda"))]

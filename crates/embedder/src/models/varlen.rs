@@ -508,7 +508,50 @@ pub(crate) fn check_kernel(
             "no kernel for heads of {head_dim} (multiples of 8 up to 256)"
         ));
     }
+    if let (Some(built), Some(gpu)) = (flash_arch(FLASH_BUILT_FOR), compute_capability(device))
+        && !sass_runs_on(built, gpu)
+    {
+        let (major, minor) = gpu;
+        return refuse(format!(
+            "its kernels are compiled for sm_{built} only (CUDA_COMPUTE_CAP of \
+             scripts/build-cuda.sh), this GPU is sm_{major}{minor}: rebuild with \
+             CUDA_COMPUTE_CAP={major}{minor}, or run the exact kernel"
+        ));
+    }
     Ok(kernel)
+}
+
+/// The compute capability flash attention's kernels were compiled for: the
+/// build's `CUDA_COMPUTE_CAP` (which `scripts/build-cuda.sh` sets), as `90`.
+/// Unset where candle-flash-attn asked the build machine's GPU.
+const FLASH_BUILT_FOR: Option<&str> = option_env!("CUDA_COMPUTE_CAP");
+
+/// `CUDA_COMPUTE_CAP`'s number (`90`, `90a`, `sm_90` → 90).
+fn flash_arch(text: Option<&str>) -> Option<u32> {
+    let digits: String = text?
+        .trim_start_matches("sm_")
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// Whether SASS compiled for `built` (`90`) runs on a GPU of capability
+/// `(major, minor)`: the same major capability, a minor at least the build's
+/// (sm_80 code runs on sm_86 and sm_89, not on sm_90).
+fn sass_runs_on(built: u32, (major, minor): (u32, u32)) -> bool {
+    built / 10 == major && built % 10 <= minor
+}
+
+/// The compute capability of a CUDA device; `None` elsewhere.
+fn compute_capability(device: &Device) -> Option<(u32, u32)> {
+    #[cfg(feature = "cuda")]
+    if let Ok(cuda) = device.as_cuda_device() {
+        let (major, minor) = cuda.cuda_stream().context().compute_capability().ok()?;
+        return Some((major.try_into().ok()?, minor.try_into().ok()?));
+    }
+    let _ = device;
+    None
 }
 
 /// An inference error, named for what a user can change where the GPU ran
@@ -562,4 +605,28 @@ pub(crate) fn rope_tables(rope: Rope, head_dim: usize, len: usize) -> (Vec<f32>,
             }
         });
     (cos, sin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flash_runs_where_its_sass_does() {
+        assert_eq!(flash_arch(Some("90")), Some(90));
+        assert_eq!(flash_arch(Some("90a")), Some(90));
+        assert_eq!(flash_arch(Some("sm_80")), Some(80));
+        assert_eq!(flash_arch(Some("native")), None);
+        assert_eq!(flash_arch(None), None);
+        // Same major capability, minor at least the build's.
+        assert!(sass_runs_on(90, (9, 0)));
+        assert!(sass_runs_on(80, (8, 6)));
+        assert!(sass_runs_on(80, (8, 9)));
+        assert!(!sass_runs_on(86, (8, 0)));
+        assert!(!sass_runs_on(80, (9, 0)));
+        assert!(!sass_runs_on(90, (8, 9)));
+        assert!(!sass_runs_on(90, (10, 0)));
+        // On the CPU there is no capability to compare: the refusal names the device instead.
+        assert_eq!(compute_capability(&Device::Cpu), None);
+    }
 }
