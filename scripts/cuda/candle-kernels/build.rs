@@ -14,7 +14,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The modules of candle_kernels::ALL_IDS, largest first (they compile in parallel).
 const MODULES: [&str; 11] = [
-    "quantized", "binary", "indexing", "conv", "reduce", "cast", "unary", "ternary", "sort", "affine",
+    "quantized",
+    "binary",
+    "indexing",
+    "conv",
+    "reduce",
+    "cast",
+    "unary",
+    "ternary",
+    "sort",
+    "affine",
     "fill",
 ];
 
@@ -46,16 +55,26 @@ fn nvcc() -> PathBuf {
 fn fatbin(nvcc: &Path, module: &str, archs: &[u32], out: &Path) {
     let newest = archs[archs.len() - 1];
     let mut cmd = Command::new(nvcc);
-    cmd.args(["--fatbin", "-O3", "-std=c++17", "--expt-relaxed-constexpr", "--compress-mode=size"]);
+    cmd.args([
+        "--fatbin",
+        "-O3",
+        "-std=c++17",
+        "--expt-relaxed-constexpr",
+        "--compress-mode=size",
+    ]);
     if module != "quantized" {
         for a in archs {
             cmd.arg(format!("-gencode=arch=compute_{a},code=sm_{a}"));
         }
     }
-    cmd.arg(format!("-gencode=arch=compute_{newest},code=compute_{newest}"));
+    cmd.arg(format!(
+        "-gencode=arch=compute_{newest},code=compute_{newest}"
+    ));
     cmd.arg("-o").arg(out.join(format!("{module}.fatbin")));
     cmd.arg(format!("src/{module}.cu"));
-    let status = cmd.status().unwrap_or_else(|e| panic!("{}: {e}", nvcc.display()));
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("{}: {e}", nvcc.display()));
     assert!(status.success(), "nvcc failed on src/{module}.cu: {cmd:?}");
 }
 
@@ -89,7 +108,11 @@ fn main() -> cudaforge::Result<()> {
         .collect();
     std::fs::write(out_dir.join("ptx.rs"), consts).unwrap();
     let archs: Vec<String> = archs.iter().map(|a| format!("sm_{a}")).collect();
-    std::fs::write(out_dir.join("archs.rs"), format!("pub const ARCHS: &str = {:?};\n", archs.join(","))).unwrap();
+    std::fs::write(
+        out_dir.join("archs.rs"),
+        format!("pub const ARCHS: &str = {:?};\n", archs.join(",")),
+    )
+    .unwrap();
 
     // The statically linked kernels, as candle-kernels 0.11.1 builds them.
     let mut moe_builder = cudaforge::KernelBuilder::default()
@@ -115,7 +138,9 @@ fn main() -> cudaforge::Result<()> {
         .arg("-O3")
         .arg("-Xcompiler")
         .arg("-fPIC");
-    let cap = cudaforge::detect_compute_cap().map(|arch| arch.base()).unwrap_or(80);
+    let cap = cudaforge::detect_compute_cap()
+        .map(|arch| arch.base())
+        .unwrap_or(80);
     if cap < 80 {
         moe_builder = moe_builder.arg("-DNO_BF16_KERNEL");
     }

@@ -76,7 +76,10 @@ const fn module_index(id: Id) -> usize {
 
 macro_rules! mdl {
     ($cst:ident, $id:ident) => {
-        pub const $cst: Module = Module { index: module_index(Id::$id), image: ptx::$cst };
+        pub const $cst: Module = Module {
+            index: module_index(Id::$id),
+            image: ptx::$cst,
+        };
     };
 }
 
