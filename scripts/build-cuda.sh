@@ -31,11 +31,12 @@
 #
 # candle's own kernels (element-wise, reductions, indexing: candle-kernels) ship as PTX for one
 # compute capability, which the driver compiles on first use (about 20 s on a fresh machine), and
-# which does not load at all on an older GPU. The build replaces the crate's build script and
-# lib.rs with scripts/cuda/candle-kernels/{build.rs,lib.rs} (a copy under $SKILLRET_CUDA_HOME,
-# patched in as flash attention is): each module becomes a compressed fatbin with SASS for
-# SKILLRET_CUDA_ARCHS (default 80,86,89,90) and PTX for the newest of them, about 2 CPU-minutes
-# more than PTX alone. `cuobjdump --list-elf` of the built modules is checked at the end.
+# which, being for sm_90a (arch-specific), loads on sm_90 GPUs only. The build replaces the
+# crate's build script and lib.rs with scripts/cuda/candle-kernels/{build.rs,lib.rs} (a copy
+# under $SKILLRET_CUDA_HOME, patched in as flash attention is): each module becomes a compressed
+# fatbin with SASS for SKILLRET_CUDA_ARCHS (default 80,86,89,90) and PTX for the newest of them,
+# about 2 CPU-minutes more than PTX alone. `cuobjdump --list-elf` of the built modules is checked
+# at the end.
 #
 # Usage: scripts/build-cuda.sh [cargo build arguments...]
 #   SKILLRET_CARGO_COMMAND=clippy scripts/build-cuda.sh --workspace --all-targets --features pipeline/cuda,pipeline/flash-attn -- -D warnings

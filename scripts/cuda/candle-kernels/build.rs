@@ -1,10 +1,10 @@
 // skillret's build script for candle-kernels 0.11.1, put in place by scripts/build-cuda.sh (the
-// crate is otherwise the registry's). candle's own build script compiles each kernel module to PTX
-// for one compute capability, which the driver compiles again on first use (about 20 s on a fresh
-// machine; its PTX for sm_90a, arch-specific, loads on sm_90 GPUs only). This one compiles each module into
-// a compressed fatbin holding SASS for every architecture of SKILLRET_CUDA_ARCHS (default
-// 80,86,89,90: A100, A10/RTX 30, L4/RTX 40, H100/H200) and PTX for the newest, which the driver
-// compiles only on a GPU newer than all of them. `quantized` (GGUF kernels, never used by
+// crate is otherwise the registry's). candle's own build script compiles each kernel module to
+// PTX for one compute capability, which the driver compiles again on first use (about 20 s on a
+// fresh machine; PTX for sm_90a, arch-specific, loads on sm_90 GPUs only). This one compiles each
+// module into a compressed fatbin holding SASS for every architecture of SKILLRET_CUDA_ARCHS
+// (default 80,86,89,90: A100, A10/RTX 30, L4/RTX 40, H100/H200) and PTX for the newest, which the
+// driver compiles only on a GPU newer than all of them. `quantized` (GGUF kernels, never used by
 // skillret) gets the PTX alone. The statically linked kernels (MoE, GGUF matmuls) are built as
 // candle builds them.
 use std::env;
@@ -107,12 +107,6 @@ fn main() -> cudaforge::Result<()> {
         })
         .collect();
     std::fs::write(out_dir.join("ptx.rs"), consts).unwrap();
-    let archs: Vec<String> = archs.iter().map(|a| format!("sm_{a}")).collect();
-    std::fs::write(
-        out_dir.join("archs.rs"),
-        format!("pub const ARCHS: &str = {:?};\n", archs.join(",")),
-    )
-    .unwrap();
 
     // The statically linked kernels, as candle-kernels 0.11.1 builds them.
     let mut moe_builder = cudaforge::KernelBuilder::default()

@@ -5,13 +5,6 @@
 mod ptx {
     include!(concat!(env!("OUT_DIR"), "/ptx.rs"));
 }
-mod archs {
-    include!(concat!(env!("OUT_DIR"), "/archs.rs"));
-}
-
-/// The architectures the modules carry SASS for, e.g. "sm_80,sm_86,sm_89,sm_90" (PTX is
-/// for the last).
-pub use archs::ARCHS;
 
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,10 +49,6 @@ impl Module {
     /// The fatbin, as the driver loads it (copied: cudarc takes the image by value).
     pub fn ptx(&self) -> cudarc::nvrtc::Ptx {
         cudarc::nvrtc::Ptx::from_binary(self.image.to_vec())
-    }
-
-    pub fn image(&self) -> &'static [u8] {
-        self.image
     }
 }
 
