@@ -42,7 +42,9 @@ pub fn normalize(v: &mut [f32]) {
 /// (`m × n`, leading dimension `ldd`). Bounds are checked before the
 /// unchecked product runs. The `gemm` crate at the AVX-512 level on CPUs
 /// with full-width 512-bit FMA ([`crate::rates::f32_in_gemm`]), the packed
-/// kernels of `f32pack` elsewhere.
+/// kernels of `f32pack` elsewhere. Either way, a row's result does not
+/// depend on how many rows the call has, so that an input gets the same bits
+/// whatever the batch it is in.
 pub fn matmul(
     dst: &mut [f32],
     ldd: usize,
@@ -74,6 +76,72 @@ pub fn matmul(
         crate::f32pack::matmul_views(dst, ldd, lhs, rhs, accumulate, parallel);
         return;
     }
+    gemm_rows(dst, ldd, lhs, rhs, accumulate, parallel);
+}
+
+/// The fewest rows for which the `gemm` crate (0.19) runs its blocked
+/// kernels on a product with `n` columns. Below it, it takes others that
+/// sum in another order: a matrix–vector product for one row, dot products
+/// where rows × columns ≤ 256, another depth blocking where both are ≤ 64.
+/// In the blocked kernels, a row's result does not depend on the number of
+/// rows (test `gemm_rows_give_each_row_the_same_bits_whatever_the_count`).
+fn gemm_min_rows(n: usize) -> usize {
+    let small = if n <= 64 { 65 } else { 2 };
+    small.max(256 / n + 1)
+}
+
+/// [`matmul`] through the `gemm` crate, on at least [`gemm_min_rows`] rows:
+/// fewer are copied into zero-padded buffers first (a few rows: a batch of
+/// one input's picked token, or a short input alone).
+fn gemm_rows(
+    dst: &mut [f32],
+    ldd: usize,
+    lhs: View<'_>,
+    rhs: View<'_>,
+    accumulate: bool,
+    parallel: bool,
+) {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    let rows = gemm_min_rows(n);
+    if m < rows {
+        let mut a = vec![0.0f32; rows * k];
+        for (r, row) in a.chunks_exact_mut(k).take(m).enumerate() {
+            for (c, x) in row.iter_mut().enumerate() {
+                *x = lhs.data[r * lhs.rs + c * lhs.cs];
+            }
+        }
+        let mut d = vec![0.0f32; rows * n];
+        if accumulate {
+            for (r, row) in d.chunks_exact_mut(n).take(m).enumerate() {
+                row.copy_from_slice(&dst[r * ldd..r * ldd + n]);
+            }
+        }
+        gemm_product(
+            &mut d,
+            n,
+            View::rows(&a, rows, k, k),
+            rhs,
+            accumulate,
+            parallel,
+        );
+        for (r, row) in d.chunks_exact(n).take(m).enumerate() {
+            dst[r * ldd..r * ldd + n].copy_from_slice(row);
+        }
+        return;
+    }
+    gemm_product(dst, ldd, lhs, rhs, accumulate, parallel);
+}
+
+/// The `gemm` crate's product, on operands [`matmul`] has checked.
+fn gemm_product(
+    dst: &mut [f32],
+    ldd: usize,
+    lhs: View<'_>,
+    rhs: View<'_>,
+    accumulate: bool,
+    parallel: bool,
+) {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     let parallelism = if parallel {
         Parallelism::Rayon(0)
     } else {
@@ -81,8 +149,10 @@ pub fn matmul(
     };
     let stride = |s: usize| isize::try_from(s).expect("stride fits isize");
     // SAFETY: every element the product reads or writes lies inside the
-    // slices, as checked above (last row and column of each operand); `dst`
-    // is borrowed mutably and the operands immutably, so they do not alias.
+    // slices, as `matmul` checked (last row and column of each operand;
+    // `gemm_rows`' buffers are made to the shapes they are given as);
+    // `dst` is borrowed mutably and the operands immutably, so they do not
+    // alias.
     unsafe {
         gemm::gemm(
             m,
@@ -867,6 +937,60 @@ mod tests {
         let want = [-0.004_049_7, -0.158_655_25, 0.0, 0.345_731_1, 1.954_5];
         for (a, b) in g.iter().zip(want) {
             assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn gemm_rows_give_each_row_the_same_bits_whatever_the_count() {
+        // The `gemm` crate sums a lone row (or a few short ones) in another
+        // order than a block of rows: padded, every count gives each row the
+        // bits it gets among 150, wherever it starts, accumulating or not.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut random = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        };
+        for (n, k) in [(384, 384), (96, 700), (40, 64), (8, 3), (300, 1536)] {
+            let total = 150;
+            let a: Vec<f32> = (0..total * k).map(|_| random()).collect();
+            let w: Vec<f32> = (0..n * k).map(|_| random()).collect();
+            let init: Vec<f32> = (0..total * n).map(|_| random()).collect();
+            let rhs = View::transposed(&w, k, n, k);
+            for accumulate in [false, true] {
+                let mut all = init.clone();
+                gemm_rows(
+                    &mut all,
+                    n,
+                    View::rows(&a, total, k, k),
+                    rhs,
+                    accumulate,
+                    true,
+                );
+                for (start, m) in [(0, 1), (7, 1), (3, 2), (11, 5), (1, 9), (20, 64), (5, 65)] {
+                    // dst with a wider leading dimension than the product's.
+                    let ldd = n + 3;
+                    let mut part = vec![0.0f32; m * ldd];
+                    for r in 0..m {
+                        let src = &init[(start + r) * n..(start + r + 1) * n];
+                        part[r * ldd..r * ldd + n].copy_from_slice(src);
+                    }
+                    let lhs = View::rows(&a[start * k..], m, k, k);
+                    gemm_rows(&mut part, ldd, lhs, rhs, accumulate, false);
+                    for r in 0..m {
+                        let got = &part[r * ldd..r * ldd + n];
+                        let want = &all[(start + r) * n..(start + r + 1) * n];
+                        assert!(
+                            got.iter()
+                                .zip(want)
+                                .all(|(x, y)| x.to_bits() == y.to_bits()),
+                            "n {n} k {k} rows {start}+{m} accumulate {accumulate}: row {r}"
+                        );
+                        assert!(part[r * ldd + n..(r + 1) * ldd].iter().all(|&x| x == 0.0));
+                    }
+                }
+            }
         }
     }
 
