@@ -90,9 +90,10 @@ fn gemm_min_rows(n: usize) -> usize {
     small.max(256 / n + 1)
 }
 
-/// [`matmul`] through the `gemm` crate, on at least [`gemm_min_rows`] rows:
-/// fewer are copied into zero-padded buffers first (a few rows: a batch of
-/// one input's picked token, or a short input alone).
+/// [`matmul`] through the `gemm` crate, on operands it has checked, on at
+/// least [`gemm_min_rows`] rows: fewer are copied into zero-padded buffers
+/// first (a few rows: a batch of one input's picked token, or a short input
+/// alone).
 fn gemm_rows(
     dst: &mut [f32],
     ldd: usize,
@@ -116,32 +117,13 @@ fn gemm_rows(
                 row.copy_from_slice(&dst[r * ldd..r * ldd + n]);
             }
         }
-        gemm_product(
-            &mut d,
-            n,
-            View::rows(&a, rows, k, k),
-            rhs,
-            accumulate,
-            parallel,
-        );
+        let padded = View::rows(&a, rows, k, k);
+        gemm_rows(&mut d, n, padded, rhs, accumulate, parallel);
         for (r, row) in d.chunks_exact(n).take(m).enumerate() {
             dst[r * ldd..r * ldd + n].copy_from_slice(row);
         }
         return;
     }
-    gemm_product(dst, ldd, lhs, rhs, accumulate, parallel);
-}
-
-/// The `gemm` crate's product, on operands [`matmul`] has checked.
-fn gemm_product(
-    dst: &mut [f32],
-    ldd: usize,
-    lhs: View<'_>,
-    rhs: View<'_>,
-    accumulate: bool,
-    parallel: bool,
-) {
-    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     let parallelism = if parallel {
         Parallelism::Rayon(0)
     } else {
@@ -149,10 +131,9 @@ fn gemm_product(
     };
     let stride = |s: usize| isize::try_from(s).expect("stride fits isize");
     // SAFETY: every element the product reads or writes lies inside the
-    // slices, as `matmul` checked (last row and column of each operand;
-    // `gemm_rows`' buffers are made to the shapes they are given as);
-    // `dst` is borrowed mutably and the operands immutably, so they do not
-    // alias.
+    // slices, as `matmul` checked (last row and column of each operand; the
+    // padded buffers above are made to the shapes they are given as); `dst`
+    // is borrowed mutably and the operands immutably, so they do not alias.
     unsafe {
         gemm::gemm(
             m,
