@@ -8,11 +8,12 @@
 //! 512 and 256 bits, `vdpbf16ps`, `vpdpbusd` on 512 bits (AVX-512 VNNI) and
 //! on 256 bits (AVX-VNNI), and the AVX2 int8 step without VNNI (`vpsignb`,
 //! `vpmaddubsw`, `vpmaddwd`, `vpaddd`: 32 byte products into eight i32
-//! sums). Then, for MiniLM's shapes (384→1152, 384→384, 384→1536, 1536→384)
+//! sums), and AMX's `tdpbf16ps` and `tdpbusd` (four tile products in flight,
+//! operands in tiles: the tile unit's own limit). Then, for MiniLM's shapes (384→1152, 384→384, 384→1536, 1536→384)
 //! and Qwen3-0.6B's (fused QKV 1024→4096, output 2048→1024, fused gate/up
 //! 1024→6144, down 3072→1024), the rate of each path at the active level
 //! (`SKILLRET_MAX_ISA` caps it: f32 is the `gemm` crate at avx512 on CPUs
-//! with full-width 512-bit FMA and ours elsewhere; bf16 ours at avx512; int8 ours on the kernel of the level), best
+//! with full-width 512-bit FMA and ours elsewhere; bf16 ours on AMX tiles at amx and on `vdpbf16ps` at avx512; int8 ours on the kernel of the level), best
 //! of 5 runs, activation rounding or quantisation included, and its share
 //! of the peak of the instruction it runs on. Rates are in 10⁹
 //! multiply-adds × 2 per second (GFLOP/s or GOP/s). With `--tsv`, lines are
@@ -69,10 +70,11 @@ fn main() {
         if let Some(u) = units {
             let rate = |r: Option<f64>| r.map_or("-".to_owned(), |r| r.to_string());
             println!(
-                "units\t{}\t{}\t{}\t{took:.0}",
+                "units\t{}\t{}\t{}\t{took:.0}\t{}",
                 u.fma256,
                 rate(u.fma512),
-                rate(u.bf16)
+                rate(u.bf16),
+                rate(u.amx)
             );
         }
         for (instruction, peak) in &peaks {
@@ -93,10 +95,11 @@ fn main() {
                 let rate = |r: Option<f64>| r.map_or("-".to_owned(), |r| r.to_string());
                 println!(
                     "unit rates the engine chooses by (one thread, measured in {took:.0} ms): \
-                     fma256 {} fma512 {} bf16 {}: f32 products on {}, int8 keeps its layers in {}",
+                     fma256 {} fma512 {} bf16 {} amx {}: f32 products on {}, int8 keeps its layers in {}",
                     u.fma256,
                     rate(u.fma512),
                     rate(u.bf16),
+                    rate(u.amx),
                     if u.wide_fma() {
                         "the gemm crate's AVX-512 kernels"
                     } else {

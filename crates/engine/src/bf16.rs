@@ -13,7 +13,7 @@
 
 use rayon::prelude::*;
 
-use crate::tile::{PACKED_ROWS_PER_TASK, Post, packed_tasks};
+use crate::tile::{PACKED_ROWS_PER_TASK, Post, packed_tasks, round_row, to_bf16};
 #[cfg(target_arch = "x86_64")]
 use crate::tile::{epilogue_start, tail_mask};
 
@@ -32,15 +32,6 @@ pub fn supported() -> bool {
     {
         false
     }
-}
-
-/// Rounds to bf16 (nearest, ties to even), as `vcvtneps2bf16` does for
-/// finite values.
-#[inline(always)]
-fn to_bf16(x: f32) -> u16 {
-    let bits = x.to_bits();
-    let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1));
-    (rounded >> 16) as u16
 }
 
 /// A weight matrix `W` (`outputs × inputs`, row-major as stored) packed for
@@ -139,33 +130,6 @@ fn round_rows(dst: &mut [u16], src: &[f32], inputs: usize, padded: usize) {
         // this path; `d` is at least as long as `s`.
         unsafe { round_row(d, s) };
     }
-}
-
-/// Rounds one row to bf16 (nearest even, as [`to_bf16`]), sixteen values per
-/// `vcvtneps2bf16`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn round_row(dst: &mut [u16], row: &[f32]) {
-    use std::arch::x86_64::*;
-    assert!(dst.len() >= row.len());
-    let n = row.len();
-    let mut i = 0;
-    while i < n {
-        let mask = tail_mask(n - i);
-        // SAFETY: the masked lanes are values i..min(i + 16, n) of `row`
-        // and of `dst`; bf16 vectors are 16-bit lanes, reinterpreted.
-        unsafe {
-            let x = _mm512_maskz_loadu_ps(mask, row.as_ptr().add(i));
-            let h: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(x));
-            _mm256_mask_storeu_epi16(dst.as_mut_ptr().add(i).cast(), mask, h);
-        }
-        i += 16;
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn round_row(_: &mut [u16], _: &[f32]) {
-    unreachable!("the bf16 path is only enabled on x86_64 with AVX-512 BF16")
 }
 
 #[cfg(target_arch = "x86_64")]

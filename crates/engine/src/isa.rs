@@ -1,12 +1,15 @@
 //! The instruction set the native kernels use: the best this CPU has, or
 //! less where the environment variable `SKILLRET_MAX_ISA` caps it
-//! (`avx512`, `avxvnni`, `avx2` or `scalar`), so that every path can be run and tested
+//! (`amx`, `avx512`, `avxvnni`, `avx2` or `scalar`), so that every path can be run and tested
 //! on one machine. Every dispatch point of the native engine asks
 //! [`active`]; loaders call [`check`] first, which refuses an unknown value
 //! (naming the allowed ones) and a cap above what the CPU has (naming what
 //! it has).
 //!
-//! The levels: `avx512` = AVX-512 F/BW/DQ/VL with FMA (the bf16 kernel
+//! The levels: `amx` = `avx512` with AVX-512 BF16 and Intel AMX (AMX-TILE,
+//! AMX-BF16, AMX-INT8 in CPUID, tile state enabled by the OS in XCR0, and
+//! Linux's permission to use tile data, asked once per process: where it is
+//! refused, `avx512` runs and [`amx_refused`] says why); `avx512` = AVX-512 F/BW/DQ/VL with FMA (the bf16 kernel
 //! needs AVX-512 BF16 on top; int8 runs `vpdpbusd` on 512 bits where the
 //! CPU has AVX-512 VNNI, else the best 256-bit int8 kernel it has);
 //! `avxvnni` = AVX2 with FMA and AVX-VNNI (`vpdpbusd` on 256 bits, Intel
@@ -36,11 +39,13 @@ pub enum Isa {
     AvxVnni,
     /// AVX-512 F, BW, DQ, VL with FMA.
     Avx512,
+    /// AVX-512 with AVX-512 BF16 and AMX tiles (bf16 and int8 products).
+    Amx,
 }
 
 impl Isa {
     /// Every level, highest first.
-    pub const ALL: [Isa; 4] = [Isa::Avx512, Isa::AvxVnni, Isa::Avx2, Isa::Scalar];
+    pub const ALL: [Isa; 5] = [Isa::Amx, Isa::Avx512, Isa::AvxVnni, Isa::Avx2, Isa::Scalar];
 
     /// The name `SKILLRET_MAX_ISA` takes.
     pub fn name(self) -> &'static str {
@@ -49,6 +54,7 @@ impl Isa {
             Self::Avx2 => "avx2",
             Self::AvxVnni => "avxvnni",
             Self::Avx512 => "avx512",
+            Self::Amx => "amx",
         }
     }
 
@@ -68,6 +74,11 @@ impl Isa {
                         && std::is_x86_feature_detected!("avx512bw")
                         && std::is_x86_feature_detected!("avx512dq")
                         && std::is_x86_feature_detected!("avx512vl")
+                }
+                Self::Amx => {
+                    Self::Avx512.available()
+                        && std::is_x86_feature_detected!("avx512bf16")
+                        && amx::usable().is_ok()
                 }
             }
         }
@@ -172,6 +183,94 @@ pub fn avx512() -> bool {
     active() >= Isa::Avx512
 }
 
+/// Whether the AMX kernels may run (the `amx` level is active).
+pub fn amx() -> bool {
+    active() >= Isa::Amx
+}
+
+/// Why this CPU's AMX tiles cannot be used, where it has them (the OS does
+/// not enable their state, or Linux refused the permission): `None` on a
+/// CPU without AMX, and where they can be used. Device lines name it.
+pub fn amx_refused() -> Option<&'static str> {
+    match amx::usable() {
+        Err(amx::Unusable::Refused(why)) => Some(why),
+        _ => None,
+    }
+}
+
+/// AMX detection: CPUID, XCR0, and Linux's permission to use tile data.
+mod amx {
+    use std::sync::OnceLock;
+
+    /// Why AMX cannot run here.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(super) enum Unusable {
+        /// The CPU has no AMX (or not every part the kernels use).
+        Absent,
+        /// The CPU has it, but this process may not use it.
+        Refused(&'static str),
+    }
+
+    /// Whether this process may run tile instructions: checked once, and
+    /// the permission asked once (Linux grants tile data per process).
+    pub(super) fn usable() -> Result<(), Unusable> {
+        static USABLE: OnceLock<Result<(), Unusable>> = OnceLock::new();
+        *USABLE.get_or_init(check)
+    }
+
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    fn check() -> Result<(), Unusable> {
+        use std::arch::x86_64::__cpuid_count;
+        // CPUID leaf 7, sub-leaf 0, EDX: bit 22 AMX-BF16, 24 AMX-TILE, 25 AMX-INT8.
+        // Leaf 7 is read only where the highest leaf reaches it.
+        let max = __cpuid_count(0, 0).eax;
+        let edx = if max >= 7 { __cpuid_count(7, 0).edx } else { 0 };
+        let needed = (1 << 22) | (1 << 24) | (1 << 25);
+        if edx & needed != needed || !std::is_x86_feature_detected!("xsave") {
+            return Err(Unusable::Absent);
+        }
+        // XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA): the OS saves tile state.
+        // SAFETY: the CPU has XSAVE (checked above), hence XGETBV.
+        let xcr0 = unsafe { xcr0() };
+        if xcr0 & (0b11 << 17) != 0b11 << 17 {
+            return Err(Unusable::Refused(
+                "the operating system does not enable AMX tile state (XCR0)",
+            ));
+        }
+        // arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): without it the
+        // first tile instruction raises SIGILL.
+        const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+        const XFEATURE_XTILEDATA: libc::c_long = 18;
+        // SAFETY: a plain system call with integer arguments.
+        let granted = unsafe {
+            libc::syscall(
+                libc::SYS_arch_prctl,
+                ARCH_REQ_XCOMP_PERM,
+                XFEATURE_XTILEDATA,
+            )
+        };
+        if granted != 0 {
+            return Err(Unusable::Refused(
+                "Linux refused the permission to use AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM)",
+            ));
+        }
+        Ok(())
+    }
+
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    fn check() -> Result<(), Unusable> {
+        Err(Unusable::Absent)
+    }
+
+    /// XCR0, the OS-enabled state components.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[target_feature(enable = "xsave")]
+    unsafe fn xcr0() -> u64 {
+        // SAFETY: the caller's contract (XSAVE, hence XGETBV, is present).
+        unsafe { std::arch::x86_64::_xgetbv(0) }
+    }
+}
+
 /// Whether the kernels of `level` may run: the active level is at least
 /// `level` and the CPU has it (a CPU may have AVX-512 without AVX-VNNI).
 pub fn allows(level: Isa) -> bool {
@@ -186,6 +285,7 @@ mod tests {
     fn a_cap_is_parsed_checked_and_applied() {
         use Isa::*;
         let zen4 = [Avx512, Avx2, Scalar];
+        let sapphire_rapids = [Amx, Avx512, AvxVnni, Avx2, Scalar];
         let alder_lake = [AvxVnni, Avx2, Scalar];
         let haswell = [Avx2, Scalar];
         assert_eq!(resolve(None, &zen4), Ok(Avx512));
@@ -196,11 +296,20 @@ mod tests {
         assert_eq!(resolve(Some("scalar"), &haswell), Ok(Scalar));
         assert_eq!(resolve(Some("avx512"), &zen4), Ok(Avx512));
         assert_eq!(resolve(Some(" avx2 "), &zen4), Ok(Avx2));
+        assert_eq!(resolve(None, &sapphire_rapids), Ok(Amx));
+        assert_eq!(resolve(Some("amx"), &sapphire_rapids), Ok(Amx));
+        // avx512 caps AMX off.
+        assert_eq!(resolve(Some("avx512"), &sapphire_rapids), Ok(Avx512));
+        let err = resolve(Some("amx"), &zen4).unwrap_err();
+        assert!(
+            err.contains("above") && err.contains("(avx512, avx2, scalar)"),
+            "{err}"
+        );
         let err = resolve(Some("sse4"), &zen4).unwrap_err();
         assert!(
             err.contains(ENV)
                 && err.contains("\"sse4\"")
-                && err.contains("avx512, avxvnni, avx2, scalar"),
+                && err.contains("amx, avx512, avxvnni, avx2, scalar"),
             "{err}"
         );
         let err = resolve(Some("avx512"), &haswell).unwrap_err();
@@ -214,7 +323,11 @@ mod tests {
             err.contains("no avxvnni") && err.contains("avx512, avx2, scalar"),
             "{err}"
         );
-        assert!(Scalar < Avx2 && Avx2 < AvxVnni && AvxVnni < Avx512);
+        assert!(Scalar < Avx2 && Avx2 < AvxVnni && AvxVnni < Avx512 && Avx512 < Amx);
+        // A CPU with usable AMX has the avx512 level below it, and nothing is refused.
+        if Amx.available() {
+            assert!(Avx512.available() && amx_refused().is_none());
+        }
         assert!(active() <= Isa::detected() && active().available());
         assert!(Isa::on_this_cpu().contains(&Scalar));
         assert_eq!(Isa::on_this_cpu()[0], Isa::detected());

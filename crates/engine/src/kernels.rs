@@ -175,7 +175,7 @@ macro_rules! multiversion {
                 match $crate::isa::active() {
                     // SAFETY: the features it was compiled for are present
                     // (`isa::active` is at most what the CPU has).
-                    $crate::isa::Isa::Avx512 => return unsafe { v4($($arg),*) },
+                    $crate::isa::Isa::Amx | $crate::isa::Isa::Avx512 => return unsafe { v4($($arg),*) },
                     // SAFETY: as above.
                     $crate::isa::Isa::Avx2 | $crate::isa::Isa::AvxVnni => return unsafe { v3($($arg),*) },
                     $crate::isa::Isa::Scalar => {}

@@ -7,8 +7,8 @@
 //!   a product into parallel tasks, epilogue pieces, transposes).
 //! - The product kernels, one module per arithmetic, each on top of
 //!   [`tile`] only: f32 panels below AVX-512 (the `gemm` crate at
-//!   AVX-512), [`bf16`] (AVX-512 BF16) and [`int8`] (AVX-512 VNNI, AVX-VNNI,
-//!   AVX2).
+//!   AVX-512), [`bf16`] (AVX-512 BF16), [`amx`] (AMX tiles, with a portable
+//!   model of the tile unit) and [`int8`] (AVX-512 VNNI, AVX-VNNI, AVX2).
 //! - [`kernels`]: the checked f32 matrix product and the row operations
 //!   (LayerNorm, RMSNorm, softmax, GELU, SwiGLU, pooling).
 //! - [`linear`]: the dense layer on top of the product kernels, with the
@@ -20,6 +20,7 @@
 //! Imports point down that list; nothing here imports the crates above it
 //! (`embedder` holds the model families that use it).
 
+pub mod amx;
 pub mod attention;
 pub mod bf16;
 mod error;

@@ -104,6 +104,9 @@ impl Plan {
             _ => Arithmetic::F32,
         };
         let plan = Self::new(arithmetic, kept);
+        // bf16 runs on AMX's tiles where the rates have them (the amx level).
+        let amx = rates.and_then(|r| r.amx);
+        let bf16_name = if amx.is_some() { "bf16 on amx" } else { "bf16" };
         let note = match (precision, arithmetic) {
             (Precision::Bf16, Arithmetic::F32) => missing("bf16", "AVX-512 BF16"),
             (Precision::Int8, Arithmetic::F32) => missing("int8", "AVX2"),
@@ -111,7 +114,10 @@ impl Plan {
                 let kernel = crate::int8::Kernel::active().map_or("?", |k| k.name());
                 let kept: Vec<String> = INT8_KEPT
                     .iter()
-                    .map(|role| format!("{} in {:?}", role.name(), plan.of(*role)).to_lowercase())
+                    .map(|role| match plan.of(*role) {
+                        Arithmetic::Bf16 => format!("{} in {bf16_name}", role.name()),
+                        a => format!("{} in {a:?}", role.name()).to_lowercase(),
+                    })
                     .collect();
                 match slower {
                     Some(rates) => format!(
@@ -123,8 +129,19 @@ impl Plan {
             }
             (_, Arithmetic::Bf16) => match slower {
                 Some(rates) => format!("bf16 as asked, though slower here than f32: {rates}"),
-                None => "bf16".to_owned(),
+                None => bf16_name.to_owned(),
             },
+            // Exact f32 where AMX would run bf16: the summary says how much faster.
+            (Precision::F32, _) if amx.is_some() => {
+                let r = rates.expect("amx comes from the rates");
+                format!(
+                    "f32 (--precision bf16 would run the products on amx at {:.0}x: {:.1} against \
+                     {:.1} GOP/s per thread)",
+                    r.bf16().unwrap_or(0.0) / r.f32(),
+                    r.bf16().unwrap_or(0.0),
+                    r.f32()
+                )
+            }
             (_, a) => match rates.and_then(|r| Some((r.fma512?, r.fma256, r.wide_fma()))) {
                 // At the avx512 level, where 512-bit FMA is no faster than 256-bit.
                 Some((wide, narrow, false)) => format!(
@@ -171,6 +188,7 @@ impl std::fmt::Debug for Linear {
         let packed = match &self.packed {
             Packed::None => "f32 as stored",
             Packed::Bf16(_) => "bf16 panels",
+            Packed::AmxBf16(_) => "bf16 tiles",
             Packed::Int8(_) => "int8 panels",
             Packed::F32(_) => "f32 panels",
         };
@@ -189,6 +207,8 @@ enum Packed {
     None,
     /// Panels of bfloat16 pairs for the AVX-512 BF16 kernel.
     Bf16(crate::bf16::PackedWeight),
+    /// bfloat16 in the AMX tile layout.
+    AmxBf16(crate::amx::bf16::PackedWeight),
     /// Panels of int8 groups (per-channel scales) for an int8 kernel.
     Int8(crate::int8::PackedWeight),
     /// Panels of f32 for the kernels below AVX-512 ([`crate::f32pack`]).
@@ -276,6 +296,9 @@ impl Linear {
             Packed::Bf16(packed) => {
                 crate::bf16::matmul(out, x, tokens, packed, bias, residual, post);
             }
+            Packed::AmxBf16(packed) => {
+                crate::amx::bf16::matmul(out, x, tokens, packed, bias, residual, post);
+            }
             Packed::Int8(packed) => {
                 crate::int8::matmul(out, x, tokens, packed, bias, residual, post);
             }
@@ -348,6 +371,9 @@ impl Linear {
                 inputs,
                 outputs,
             )),
+            Arithmetic::Bf16 if crate::amx::supported() => Packed::AmxBf16(
+                crate::amx::bf16::PackedWeight::pack(&self.weight, inputs, outputs),
+            ),
             Arithmetic::Bf16 => Packed::Bf16(crate::bf16::PackedWeight::pack(
                 &self.weight,
                 inputs,
@@ -428,6 +454,23 @@ mod tests {
             "bf16"
         );
         assert_eq!(Plan::choose(Precision::F32, Arithmetic::F32, None).1, "f32");
+        // On AMX: bf16 on the tiles, int8's kept layers too, f32 says what bf16 would give.
+        let amx = UnitRates::parse("fma256=114.6,fma512=219,bf16=109.9,amx=3700").expect("valid");
+        assert_eq!(
+            Plan::choose(Precision::Bf16, Arithmetic::Bf16, Some(amx)).1,
+            "bf16 on amx"
+        );
+        let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, Some(amx));
+        assert_eq!(plan.of(Role::AttentionIn), Arithmetic::Bf16);
+        assert!(
+            note.ends_with("(query/key/value in bf16 on amx, feed-forward output in bf16 on amx)"),
+            "{note}"
+        );
+        assert_eq!(
+            Plan::choose(Precision::F32, Arithmetic::F32, Some(amx)).1,
+            "f32 (--precision bf16 would run the products on amx at 17x: 3700.0 against 219.0 GOP/s \
+             per thread)"
+        );
         assert_eq!(
             Plan::choose(Precision::F32, Arithmetic::F32, Some(slow_bf16)).1,
             "f32"

@@ -24,7 +24,7 @@ use crate::isa::Isa;
 use crate::{Error, Precision, Result};
 
 /// The environment variable that gives the unit rates instead of measuring
-/// them: `fma256=GOPS[,fma512=GOPS][,bf16=GOPS]` (10⁹ operations per second
+/// them: `fma256=GOPS[,fma512=GOPS][,bf16=GOPS][,amx=GOPS]` (10⁹ operations per second
 /// on one thread; a unit left out is one the CPU lacks).
 pub const ENV: &str = "SKILLRET_UNIT_RATES";
 
@@ -47,6 +47,10 @@ pub struct UnitRates {
     pub fma512: Option<f64>,
     /// AVX-512 BF16's `vdpbf16ps` (`None`: not at the active level).
     pub bf16: Option<f64>,
+    /// AMX's `tdpbf16ps` (`None`: not at the active level): where there is
+    /// one, bf16 products run on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amx: Option<f64>,
 }
 
 impl UnitRates {
@@ -66,15 +70,21 @@ impl UnitRates {
         }
     }
 
+    /// The rate bf16 products run at: AMX's tiles where the level has them,
+    /// else `vdpbf16ps`.
+    pub fn bf16(&self) -> Option<f64> {
+        self.amx.or(self.bf16)
+    }
+
     /// Whether bf16 products run faster than f32 ones here.
     pub fn bf16_faster(&self) -> bool {
-        self.bf16.is_some_and(|bf16| bf16 > self.f32())
+        self.bf16().is_some_and(|bf16| bf16 > self.f32())
     }
 
     /// This CPU's bf16 and f32 rates where its bf16 unit is known and not
     /// the faster one.
     pub fn bf16_slower(&self) -> Option<(f64, f64)> {
-        self.bf16
+        self.bf16()
             .filter(|_| !self.bf16_faster())
             .map(|bf16| (bf16, self.f32()))
     }
@@ -83,11 +93,11 @@ impl UnitRates {
     pub fn parse(value: &str) -> Result<Self> {
         let bad = |why: String| {
             Error::Invalid(format!(
-                "{ENV}={value:?}: {why} (expected fma256=GOPS[,fma512=GOPS][,bf16=GOPS], \
+                "{ENV}={value:?}: {why} (expected fma256=GOPS[,fma512=GOPS][,bf16=GOPS][,amx=GOPS], \
                  e.g. fma256=119.4,fma512=238.7,bf16=119.8)"
             ))
         };
-        let (mut fma256, mut fma512, mut bf16) = (None, None, None);
+        let (mut fma256, mut fma512, mut bf16, mut amx) = (None, None, None, None);
         for part in value.split(',') {
             let (unit, rate) = part
                 .split_once('=')
@@ -102,9 +112,10 @@ impl UnitRates {
                 "fma256" => fma256 = Some(rate),
                 "fma512" => fma512 = Some(rate),
                 "bf16" => bf16 = Some(rate),
+                "amx" => amx = Some(rate),
                 other => {
                     return Err(bad(format!(
-                        "{other:?} is not a unit (fma256, fma512, bf16)"
+                        "{other:?} is not a unit (fma256, fma512, bf16, amx)"
                     )));
                 }
             }
@@ -114,6 +125,7 @@ impl UnitRates {
             fma256,
             fma512,
             bf16,
+            amx,
         })
     }
 
@@ -136,6 +148,11 @@ impl UnitRates {
             } else {
                 None
             },
+            amx: if crate::amx::supported() {
+                rate_on_this_thread(Instruction::AmxBf16)
+            } else {
+                None
+            },
         })
     }
 
@@ -147,6 +164,9 @@ impl UnitRates {
         }
         if !crate::bf16::supported() {
             self.bf16 = None;
+        }
+        if !crate::amx::supported() {
+            self.amx = None;
         }
         self
     }
@@ -226,7 +246,12 @@ fn cached_or_measured(file: Option<PathBuf>) -> Option<UnitRates> {
         .and_then(|f| std::fs::read(f).ok())
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or_default();
-    if let Some(rates) = cache.get(&key) {
+    // An entry is used where it has every unit the level runs (one written
+    // before a unit was measured is measured over).
+    if let Some(rates) = cache
+        .get(&key)
+        .filter(|r| r.amx.is_some() == crate::amx::supported())
+    {
         return Some(*rates);
     }
     let rates = UnitRates::measure()?;
@@ -307,6 +332,10 @@ pub enum Instruction {
     Avx512Vnni,
     /// `vpdpbusd` on 256-bit registers (int8, AVX-VNNI): 64.
     AvxVnni,
+    /// AMX's `tdpbf16ps` (16 × 16 × 32 multiply-adds): 16,384.
+    AmxBf16,
+    /// AMX's `tdpbusd` (16 × 16 × 64 multiply-adds): 32,768.
+    AmxInt8,
     /// The AVX2 int8 step without VNNI: `vpsignb`, `vpmaddubsw`,
     /// `vpmaddwd`, `vpaddd` on 256-bit registers (32 multiply-adds of
     /// bytes into eight i32 sums, as the int8 kernel does them): 64.
@@ -315,13 +344,15 @@ pub enum Instruction {
 
 impl Instruction {
     /// Every instruction, in the order reports list them.
-    pub const ALL: [Instruction; 6] = [
+    pub const ALL: [Instruction; 8] = [
         Instruction::Avx512Fma,
         Instruction::Avx2Fma,
         Instruction::Avx512Bf16,
         Instruction::Avx512Vnni,
         Instruction::AvxVnni,
         Instruction::Avx2Int8,
+        Instruction::AmxBf16,
+        Instruction::AmxInt8,
     ];
 
     /// A short name for reports.
@@ -333,6 +364,8 @@ impl Instruction {
             Self::Avx512Vnni => "avx512 vnni",
             Self::AvxVnni => "avx-vnni",
             Self::Avx2Int8 => "avx2 int8",
+            Self::AmxBf16 => "amx bf16",
+            Self::AmxInt8 => "amx int8",
         }
     }
 
@@ -352,6 +385,7 @@ impl Instruction {
                 Self::Avx512Vnni => crate::int8::Kernel::Avx512Vnni.on_this_cpu(),
                 Self::AvxVnni => crate::int8::Kernel::AvxVnni.on_this_cpu(),
                 Self::Avx2Int8 => crate::int8::Kernel::Avx2.on_this_cpu(),
+                Self::AmxBf16 | Self::AmxInt8 => crate::isa::Isa::Amx.available(),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -371,6 +405,9 @@ impl Instruction {
             Self::Avx512Vnni => (128.0, CHAINS),
             Self::AvxVnni => (64.0, CHAINS_256),
             Self::Avx2Int8 => (64.0, CHAINS_AVX2_INT8),
+            // Four tile products per iteration.
+            Self::AmxBf16 => (2.0 * 16.0 * 16.0 * 32.0, 4),
+            Self::AmxInt8 => (2.0 * 16.0 * 16.0 * 64.0, 4),
         };
         operations * chains as f64
     }
@@ -380,6 +417,7 @@ impl Instruction {
     pub fn of(precision: Precision) -> Option<Self> {
         let level = crate::isa::active();
         match precision.on_this_cpu() {
+            Precision::Bf16 if crate::amx::supported() => Some(Self::AmxBf16),
             Precision::Bf16 => Some(Self::Avx512Bf16),
             Precision::Int8 => crate::int8::Kernel::active().map(|k| match k {
                 crate::int8::Kernel::Avx512Vnni => Self::Avx512Vnni,
@@ -425,6 +463,15 @@ fn run_loop(instruction: Instruction, iterations: usize) -> Option<f32> {
             Instruction::Avx512Vnni => peak::int8(iterations),
             Instruction::AvxVnni => peak::int8_256(iterations),
             Instruction::Avx2Int8 => peak::int8_avx2(iterations),
+            // The tile unit's loop runs where this process may use AMX,
+            // whatever the cap.
+            Instruction::AmxBf16 | Instruction::AmxInt8 => {
+                if !crate::isa::Isa::Amx.available() {
+                    return None;
+                }
+                crate::amx::peak_loop(instruction == Instruction::AmxInt8, iterations);
+                0.0
+            }
         })
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -592,6 +639,7 @@ mod tests {
             fma256: 119.4,
             fma512: Some(238.7),
             bf16: Some(119.8),
+            amx: None,
         };
         assert_eq!(r, want);
         // Full-width AVX-512 with a half-rate bf16 unit: gemm's f32, bf16 slower.
@@ -604,6 +652,10 @@ mod tests {
         assert_eq!((split.f32(), split.bf16_slower()), (117.4, None));
         let avx2 = UnitRates::parse("fma256=120").expect("valid");
         assert!(!avx2.wide_fma() && !avx2.bf16_faster() && avx2.bf16_slower().is_none());
+        // AMX's tiles run bf16 where the level has them, whatever vdpbf16ps does.
+        let amx = UnitRates::parse("fma256=114.6,fma512=219,bf16=109.9,amx=3700").expect("valid");
+        assert!(amx.bf16_faster() && amx.bf16_slower().is_none());
+        assert_eq!(amx.bf16(), Some(3700.0));
         for bad in [
             "bf16=1",
             "fma256=0",
@@ -614,7 +666,7 @@ mod tests {
             let e = UnitRates::parse(bad).expect_err(bad).to_string();
             assert!(e.starts_with(&format!("{ENV}=")), "{e}");
             assert!(
-                e.contains("expected fma256=GOPS[,fma512=GOPS][,bf16=GOPS]"),
+                e.contains("expected fma256=GOPS[,fma512=GOPS][,bf16=GOPS][,amx=GOPS]"),
                 "{e}"
             );
         }
@@ -633,6 +685,7 @@ mod tests {
         assert!(measured.fma256 > 0.0, "{measured:?}");
         assert_eq!(measured.fma512.is_some(), crate::isa::avx512());
         assert_eq!(measured.bf16.is_some(), crate::bf16::supported());
+        assert_eq!(measured.amx.is_some(), crate::amx::supported());
         let read = |f: &PathBuf| -> BTreeMap<String, UnitRates> {
             serde_json::from_slice(&std::fs::read(f).expect("cache written")).expect("json")
         };
@@ -642,12 +695,30 @@ mod tests {
             fma256: 1.0,
             fma512: None,
             bf16: Some(2.0),
+            amx: crate::amx::supported().then_some(3.0),
         };
         let mut cache = read(&file);
         cache.insert(cache_key(), planted);
         cache.insert("another CPU | avx2".into(), planted);
         write_atomically(&file, &cache).expect("write");
         assert_eq!(cached_or_measured(Some(file.clone())), Some(planted));
+        if crate::amx::supported() {
+            // An entry without the tile unit's rate (written before it was
+            // measured) is measured over.
+            let mut cache = read(&file);
+            cache.insert(
+                cache_key(),
+                UnitRates {
+                    amx: None,
+                    ..planted
+                },
+            );
+            write_atomically(&file, &cache).expect("write");
+            let again = cached_or_measured(Some(file.clone())).expect("measured");
+            assert!(again.amx.is_some_and(|r| r > 3.0), "{again:?}");
+            cache.insert(cache_key(), planted);
+            write_atomically(&file, &cache).expect("write");
+        }
         // A damaged cache is measured over and rewritten.
         std::fs::write(&file, b"{not json").expect("write");
         let again = cached_or_measured(Some(file.clone())).expect("measured");

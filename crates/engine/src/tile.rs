@@ -71,6 +71,27 @@ pub(crate) fn packed_tasks(
     post: Option<&Post>,
     kernel: impl Fn(usize, &mut [f32], Option<&[f32]>) + Sync,
 ) {
+    packed_tasks_of(
+        PACKED_ROWS_PER_TASK,
+        c,
+        outputs,
+        bias,
+        residual,
+        post,
+        kernel,
+    );
+}
+
+/// [`packed_tasks`] with `rows_per_task` rows of `outputs` per task.
+pub(crate) fn packed_tasks_of(
+    rows_per_task: usize,
+    c: &mut [f32],
+    outputs: usize,
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    post: Option<&Post>,
+    kernel: impl Fn(usize, &mut [f32], Option<&[f32]>) + Sync,
+) {
     assert!(c.len().is_multiple_of(outputs), "c is not rows × outputs");
     assert!(
         bias.is_none_or(|b| b.len() == outputs),
@@ -80,14 +101,50 @@ pub(crate) fn packed_tasks(
         residual.is_none_or(|r| r.len() == c.len()),
         "residual is not rows × outputs"
     );
-    let task = PACKED_ROWS_PER_TASK * outputs;
+    let task = rows_per_task * outputs;
     c.par_chunks_mut(task).enumerate().for_each(|(i, c)| {
         let residual = residual.map(|r| &r[i * task..i * task + c.len()]);
-        kernel(i * PACKED_ROWS_PER_TASK, c, residual);
+        kernel(i * rows_per_task, c, residual);
         if let Some(post) = post {
             post(c);
         }
     });
+}
+
+/// Rounds to bf16 (nearest, ties to even), as `vcvtneps2bf16` does for
+/// finite values.
+#[inline(always)]
+pub(crate) fn to_bf16(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1));
+    (rounded >> 16) as u16
+}
+
+/// Rounds one row to bf16 (nearest even, as [`to_bf16`]), sixteen values per
+/// `vcvtneps2bf16`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+pub(crate) unsafe fn round_row(dst: &mut [u16], row: &[f32]) {
+    use std::arch::x86_64::*;
+    assert!(dst.len() >= row.len());
+    let n = row.len();
+    let mut i = 0;
+    while i < n {
+        let mask = tail_mask(n - i);
+        // SAFETY: the masked lanes are values i..min(i + 16, n) of `row`
+        // and of `dst`; bf16 vectors are 16-bit lanes, reinterpreted.
+        unsafe {
+            let x = _mm512_maskz_loadu_ps(mask, row.as_ptr().add(i));
+            let h: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(x));
+            _mm256_mask_storeu_epi16(dst.as_mut_ptr().add(i).cast(), mask, h);
+        }
+        i += 16;
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) unsafe fn round_row(_: &mut [u16], _: &[f32]) {
+    unreachable!("the bf16 path is only enabled on x86_64 with AVX-512 BF16")
 }
 
 /// The lanes of a 16-wide vector that hold `left` remaining values (all

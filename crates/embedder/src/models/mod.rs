@@ -289,12 +289,14 @@ pub(crate) fn load(
             (_, None) => unreachable!("decoders have weights"),
         };
         let threads = rayon::current_num_threads();
+        // Where the CPU has AMX but this process may not use it, say why.
+        let level = match engine::isa::amx_refused() {
+            Some(why) => format!("{} (no amx: {why})", engine::isa::active()),
+            None => engine::isa::active().to_string(),
+        };
         Ok((
             model,
-            format!(
-                "cpu (native, {precision_note}, {}, {threads} threads)",
-                engine::isa::active()
-            ),
+            format!("cpu (native, {precision_note}, {level}, {threads} threads)"),
         ))
     };
     // The candle engine computes in the precision's dtype, on the CPU too

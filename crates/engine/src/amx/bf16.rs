@@ -1,0 +1,906 @@
+//! bf16 products on AMX tiles: `c = residual + bias + a · Wᵀ`, `a` rounded
+//! to bf16 as it is laid out, `W` packed once at load, f32 sums.
+//!
+//! Layout. A tile row holds 64 bytes: 32 bf16 of the shared dimension for
+//! an A tile (a row of activations, as rounded), or 16 output columns × a
+//! pair of the shared dimension for a B tile (the VNNI layout: pair-row `r`
+//! of the tile holds `(W[n][2r], W[n][2r + 1])` for its 16 columns `n`). The
+//! weight is packed in panels of 32 output columns (two B tiles), each panel
+//! a run of *k-steps* of 32 inputs (1 KiB per tile, 2 KiB per step); widths
+//! that are not multiples of 32 are zero-padded.
+//!
+//! Micro-kernel. A *strip* of up to 32 rows (two A tiles of up to 16 rows)
+//! against a panel keeps a 2 × 2 block of accumulator tiles (32 × 32 f32):
+//! per k-step two A and two B tile loads feed four `tdpbf16ps`. One `asm!`
+//! block holds a whole call — configuration, the panels of a column group,
+//! each one's k loop, stores, `tilerelease` — since nothing keeps tile
+//! registers between blocks; [`Kernel::Model`] runs the same steps on the
+//! portable [`super::model`].
+//!
+//! Blocking. Rows are split into parallel tasks; in a task, for each group
+//! of panels (their k-chunk fits in L2), each chunk of the shared dimension
+//! (a strip's chunk of A fits in L1) and each strip, one kernel call runs
+//! across the group; partial sums go through C between chunks (as f32: a
+//! row's bits never depend on the batch, its strip or its task). The
+//! epilogue (bias, residual) and the caller's `post` then run on the task's
+//! rows while they are in cache.
+
+use rayon::prelude::*;
+
+use super::Aligned;
+use super::model::{self, Config, Unit};
+use crate::tile::{Post, to_bf16};
+
+/// Inputs per k-step (a tile row of bf16).
+const KSTEP: usize = 32;
+/// Output columns per B tile and per panel (two tiles).
+const TILE_COLUMNS: usize = 16;
+const PANEL: usize = 2 * TILE_COLUMNS;
+/// Rows per strip (two A tiles).
+pub(crate) const STRIP: usize = 2 * model::ROWS;
+/// bf16 values per packed B tile.
+const TILE_VALUES: usize = model::ROWS * model::ROW_BYTES / 2;
+
+/// How a product is cut up (see the module's documentation; the chunks of
+/// the shared dimension are the packed weight's, [`PackedWeight::chunk`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Blocking {
+    /// Rows per parallel task (a multiple of [`STRIP`]).
+    pub(crate) task_rows: usize,
+    /// Panels per column group.
+    pub(crate) group_panels: usize,
+}
+
+impl Blocking {
+    /// The blocking of the engine's products: a group's k-chunk of the
+    /// weight is 512 KiB (L2).
+    pub(crate) const DEFAULT: Self = Self {
+        task_rows: 128,
+        group_panels: 32,
+    };
+}
+
+/// k-steps per chunk of the shared dimension: a strip's chunk of A is 16
+/// KiB (L1).
+const CHUNK_STEPS: usize = 8;
+
+/// A weight matrix `W` (`outputs × inputs`, row-major as stored) packed in
+/// the tile layout: chunk after chunk of the shared dimension, in each the
+/// panels one after the other (a group of panels' chunk is one contiguous
+/// run), in each panel its k-steps, two tiles per step.
+pub struct PackedWeight {
+    data: Aligned<u16>,
+    /// k-steps (inputs rounded up to 32, over 32).
+    steps: usize,
+    /// k-steps per chunk.
+    chunk: usize,
+    panels: usize,
+    inputs: usize,
+    outputs: usize,
+}
+
+impl std::fmt::Debug for PackedWeight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedWeight")
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PackedWeight {
+    /// Packs a weight as stored (`outputs × inputs`, row-major).
+    pub fn pack(weight: &[f32], inputs: usize, outputs: usize) -> Self {
+        Self::pack_in_chunks(weight, inputs, outputs, CHUNK_STEPS)
+    }
+
+    /// [`PackedWeight::pack`] with `chunk` k-steps per chunk.
+    pub(crate) fn pack_in_chunks(
+        weight: &[f32],
+        inputs: usize,
+        outputs: usize,
+        chunk: usize,
+    ) -> Self {
+        assert_eq!(
+            weight.len(),
+            inputs * outputs,
+            "weight is not outputs × inputs"
+        );
+        assert!(chunk > 0);
+        let steps = inputs.div_ceil(KSTEP);
+        let panels = outputs.div_ceil(PANEL);
+        let mut data = Aligned::zeroed(panels * steps * 2 * TILE_VALUES);
+        // Cut the buffer into (first step, panel) runs, in their order.
+        let mut runs = Vec::new();
+        let mut rest = data.as_mut_slice();
+        for first in (0..steps).step_by(chunk) {
+            let len = chunk.min(steps - first);
+            for panel in 0..panels {
+                let (run, tail) = rest.split_at_mut(len * 2 * TILE_VALUES);
+                runs.push((first, panel, run));
+                rest = tail;
+            }
+        }
+        runs.into_par_iter().for_each(|(first, panel, run)| {
+            for (tile, values) in run.chunks_exact_mut(TILE_VALUES).enumerate() {
+                let (step, half) = (first + tile / 2, tile % 2);
+                for n in 0..TILE_COLUMNS {
+                    let col = panel * PANEL + half * TILE_COLUMNS + n;
+                    if col >= outputs {
+                        break;
+                    }
+                    let row = &weight[col * inputs..(col + 1) * inputs];
+                    for i in 0..KSTEP {
+                        let k = step * KSTEP + i;
+                        if k >= inputs {
+                            break;
+                        }
+                        values[(i / 2) * 2 * TILE_COLUMNS + 2 * n + i % 2] = to_bf16(row[k]);
+                    }
+                }
+            }
+        });
+        Self {
+            data,
+            steps,
+            chunk,
+            panels,
+            inputs,
+            outputs,
+        }
+    }
+
+    /// Where `panel`'s k-steps of the chunk that starts at step `first`
+    /// begin, and how many there are.
+    fn run(&self, first: usize, panel: usize) -> (usize, usize) {
+        let len = self.chunk.min(self.steps - first);
+        ((first * self.panels + panel * len) * 2 * TILE_VALUES, len)
+    }
+}
+
+/// `c = (residual or 0) + (bias or 0) + a · Wᵀ` for `rows` rows, as
+/// [`crate::bf16::matmul`] (the same arguments), on AMX tiles.
+pub fn matmul(
+    c: &mut [f32],
+    a: &[f32],
+    rows: usize,
+    w: &PackedWeight,
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    post: Option<&Post>,
+) {
+    assert!(super::supported(), "AMX tiles are not usable here");
+    matmul_on(
+        Kernel::Tiles,
+        Blocking::DEFAULT,
+        c,
+        a,
+        rows,
+        w,
+        bias,
+        residual,
+        post,
+    );
+}
+
+/// What runs the strips: the tile unit, or its portable model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) enum Kernel {
+    /// The `asm!` kernels (needs [`super::supported`]).
+    Tiles,
+    /// [`super::model`], on any CPU.
+    Model,
+}
+
+/// [`matmul`] on `kernel` with `blocking`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul_on(
+    kernel: Kernel,
+    blocking: Blocking,
+    c: &mut [f32],
+    a: &[f32],
+    rows: usize,
+    w: &PackedWeight,
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    post: Option<&Post>,
+) {
+    assert!(
+        blocking.task_rows > 0
+            && blocking.task_rows.is_multiple_of(STRIP)
+            && blocking.group_panels > 0
+    );
+    let (inputs, outputs) = (w.inputs, w.outputs);
+    assert_eq!(a.len(), rows * inputs, "a is not rows × inputs");
+    assert_eq!(c.len(), rows * outputs, "c is not rows × outputs");
+    if rows == 0 {
+        return;
+    }
+    // The activations in bf16, in strips of 32 rows laid out tile by tile
+    // (k-step after k-step, 32 rows of 32 values each), zero past the inputs.
+    let strip_values = w.steps * STRIP * KSTEP;
+    let mut a16 = Aligned::zeroed(rows.div_ceil(STRIP) * strip_values);
+    a16.as_mut_slice()
+        .par_chunks_mut(strip_values)
+        .zip(a.par_chunks(STRIP * inputs))
+        .for_each(|(strip, rows)| {
+            for (r, row) in rows.chunks_exact(inputs).enumerate() {
+                round_into_strip(strip, row, r);
+            }
+        });
+    let a16 = a16.as_slice();
+    crate::tile::packed_tasks_of(
+        blocking.task_rows,
+        c,
+        outputs,
+        bias,
+        residual,
+        post,
+        |first, c, residual| {
+            let task = Task {
+                kernel,
+                blocking,
+                w,
+                a: &a16[first / STRIP * strip_values..],
+            };
+            task.run(c, bias, residual);
+        },
+    );
+}
+
+/// One parallel task's rows.
+struct Task<'a> {
+    kernel: Kernel,
+    blocking: Blocking,
+    w: &'a PackedWeight,
+    /// The task's strips of bf16 activations.
+    a: &'a [u16],
+}
+
+std::thread_local! {
+    /// Each thread's buffer of a task's sums.
+    static SUMS: std::cell::RefCell<Aligned<f32>> = std::cell::RefCell::new(Aligned::zeroed(0));
+}
+
+impl Task<'_> {
+    /// `c = (residual or 0) + (bias or 0) + a · Wᵀ` for the task's rows
+    /// (`c.len() / outputs` of them).
+    fn run(&self, c: &mut [f32], bias: Option<&[f32]>, residual: Option<&[f32]>) {
+        let w = self.w;
+        let rows = c.len() / w.outputs;
+        let strips = rows.div_ceil(STRIP);
+        let group_panels = self.blocking.group_panels;
+        // The sums of a group's columns, 32 rows per strip (tiles store to
+        // aligned rows; the epilogue moves them into C), in a buffer each
+        // thread keeps (its contents are never read before written).
+        let width = odd_lines(group_panels.min(w.panels) * PANEL * 4) / 4;
+        SUMS.with(|sums| {
+            let mut sums = sums.borrow_mut();
+            sums.grow(strips * STRIP * width);
+            let sums = &mut sums.as_mut_slice()[..strips * STRIP * width];
+            self.run_in(c, bias, residual, sums, width);
+        });
+    }
+
+    /// [`Task::run`] with the sums in `sums` (rows of `width`).
+    fn run_in(
+        &self,
+        c: &mut [f32],
+        bias: Option<&[f32]>,
+        residual: Option<&[f32]>,
+        sums: &mut [f32],
+        width: usize,
+    ) {
+        let w = self.w;
+        let outputs = w.outputs;
+        let rows = c.len() / outputs;
+        let strips = rows.div_ceil(STRIP);
+        let group_panels = self.blocking.group_panels;
+        let strip_values = w.steps * STRIP * KSTEP;
+        for group in (0..w.panels).step_by(group_panels) {
+            let panels = group_panels.min(w.panels - group);
+            for chunk in (0..w.steps).step_by(w.chunk) {
+                let (at, steps) = w.run(chunk, group);
+                let last = at + panels * steps * 2 * TILE_VALUES;
+                assert!(last <= w.data.as_slice().len(), "panels out of bounds");
+                for strip in 0..strips {
+                    let first = strip * STRIP;
+                    let m = (rows - first).min(STRIP);
+                    let a = strip * strip_values + chunk * STRIP * KSTEP;
+                    assert!(
+                        a + steps * STRIP * KSTEP <= self.a.len(),
+                        "rows out of bounds"
+                    );
+                    let call = Strip {
+                        config: &CONFIGS[m],
+                        a: self.a[a..].as_ptr(),
+                        b: w.data.as_slice()[at..].as_ptr(),
+                        panel_bytes: steps * 2 * TILE_VALUES * 2,
+                        panels,
+                        steps,
+                        c: sums[first * width..].as_mut_ptr(),
+                        ldc: width * 4,
+                        accumulate: usize::from(chunk > 0),
+                    };
+                    // SAFETY: the strip holds `steps` k-steps from `chunk`,
+                    // the group's panels hold them (both asserted above),
+                    // and the sums hold the strip's 32 rows of `width` ≥
+                    // 32·panels columns.
+                    unsafe { self.kernel.run(&call) };
+                }
+            }
+            let cols = (outputs - group * PANEL).min(panels * PANEL);
+            for (r, row) in c.chunks_exact_mut(outputs).enumerate() {
+                let at = r * outputs + group * PANEL;
+                epilogue(
+                    &mut row[group * PANEL..group * PANEL + cols],
+                    &sums[r * width..r * width + cols],
+                    bias.map(|b| &b[group * PANEL..group * PANEL + cols]),
+                    residual.map(|res| &res[at..at + cols]),
+                );
+            }
+        }
+    }
+}
+
+/// A row of `bytes` (a multiple of 64) padded to an odd number of cache
+/// lines: the rows of a tile, one stride apart, then fall into different
+/// L1 sets (at a stride of 2 KiB, 16 rows share two sets of 12 ways, and a
+/// strip's loads evict each other: measured 0.8 against 2.3 TFLOP/s).
+fn odd_lines(bytes: usize) -> usize {
+    debug_assert!(bytes.is_multiple_of(64));
+    if (bytes / 64).is_multiple_of(2) {
+        bytes + 64
+    } else {
+        bytes
+    }
+}
+
+/// Rounds row `r` of a strip to bf16 (nearest even) into its place in the
+/// strip's tiles (32 values per k-step; the values past the row's end stay
+/// zero): `vcvtneps2bf16` where the CPU has AVX-512 BF16, else one value at
+/// a time (the same values but for denormals, which the instruction
+/// flushes).
+fn round_into_strip(strip: &mut [u16], row: &[f32], r: usize) {
+    assert!(r < STRIP && strip.len() >= row.len().div_ceil(KSTEP) * STRIP * KSTEP);
+    #[cfg(target_arch = "x86_64")]
+    if crate::bf16::supported() {
+        // SAFETY: the CPU has AVX-512 BF16; the strip holds every k-step of
+        // the row (asserted above).
+        unsafe { round_into_strip_avx512(strip, row, r) };
+        return;
+    }
+    for (step, values) in row.chunks(KSTEP).enumerate() {
+        let at = step * STRIP * KSTEP + r * KSTEP;
+        for (d, &x) in strip[at..at + values.len()].iter_mut().zip(values) {
+            *d = to_bf16(x);
+        }
+    }
+}
+
+/// [`round_into_strip`] with `vcvtneps2bf16`, sixteen values at a time.
+///
+/// # Safety
+/// The CPU has AVX-512 BF16; the strip holds every k-step of the row.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn round_into_strip_avx512(strip: &mut [u16], row: &[f32], r: usize) {
+    use std::arch::x86_64::*;
+    let n = row.len();
+    let mut i = 0;
+    while i < n {
+        let mask = crate::tile::tail_mask(n - i);
+        let at = (i / KSTEP) * STRIP * KSTEP + r * KSTEP + i % KSTEP;
+        // SAFETY: the masked lanes are values i..min(i + 16, n) of the row
+        // and their places in the strip (the caller's contract); bf16
+        // vectors are 16-bit lanes, reinterpreted.
+        unsafe {
+            let x = _mm512_maskz_loadu_ps(mask, row.as_ptr().add(i));
+            let h: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(x));
+            _mm256_mask_storeu_epi16(strip.as_mut_ptr().add(at).cast(), mask, h);
+        }
+        i += 16;
+    }
+}
+
+/// `c = sums + (bias or 0) + (residual or 0)` on a row's columns.
+fn epilogue(c: &mut [f32], sums: &[f32], bias: Option<&[f32]>, residual: Option<&[f32]>) {
+    #[inline(always)]
+    fn add(c: &mut [f32], sums: &[f32], bias: Option<&[f32]>, residual: Option<&[f32]>) {
+        match (bias, residual) {
+            (Some(b), Some(res)) => {
+                for (((x, &s), &b), &y) in c.iter_mut().zip(sums).zip(b).zip(res) {
+                    *x = (b + y) + s;
+                }
+            }
+            (Some(b), None) => {
+                for ((x, &s), &b) in c.iter_mut().zip(sums).zip(b) {
+                    *x = b + s;
+                }
+            }
+            (None, Some(res)) => {
+                for ((x, &s), &y) in c.iter_mut().zip(sums).zip(res) {
+                    *x = y + s;
+                }
+            }
+            (None, None) => c.copy_from_slice(sums),
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        fn add512(c: &mut [f32], sums: &[f32], bias: Option<&[f32]>, residual: Option<&[f32]>) {
+            add(c, sums, bias, residual);
+        }
+        if crate::isa::avx512() {
+            // SAFETY: the CPU has AVX-512F.
+            unsafe { add512(c, sums, bias, residual) };
+            return;
+        }
+    }
+    add(c, sums, bias, residual);
+}
+
+/// One kernel call: a strip of up to 32 rows against `panels` panels, over
+/// `steps` k-steps. Read by the assembly at fixed offsets (`repr(C)`, eight
+/// bytes each, in this order).
+#[repr(C)]
+#[derive(Debug)]
+struct Strip {
+    /// The tile shapes for the strip's rows ([`CONFIGS`]).
+    config: *const Config,
+    /// The strip's activations at the chunk's first k-step: per step two A
+    /// tiles of 1 KiB (rows 0–15, 16–31; 64 bytes a row).
+    a: *const u16,
+    /// The first panel's tiles at the chunk's first k-step: per step two B
+    /// tiles of 1 KiB.
+    b: *const u16,
+    /// Bytes between panels.
+    panel_bytes: usize,
+    panels: usize,
+    steps: usize,
+    /// The strip's first row of C at the first panel's first column.
+    c: *mut f32,
+    /// Bytes between rows of C.
+    ldc: usize,
+    /// Non-zero: the sums start from C (a later chunk), else from zero.
+    accumulate: usize,
+}
+
+/// The tile configuration of a strip of `m` rows (index `m`, 1 to 32):
+/// tiles 0–1 accumulate the first 16 rows (two panels' halves), 2–3 the
+/// rest; 4 and 5 hold their A rows, 6 and 7 the two B tiles.
+static CONFIGS: [Config; STRIP + 1] = {
+    let mut configs = [Config([0; 64]); STRIP + 1];
+    let mut m = 1;
+    while m <= STRIP {
+        let top = if m < 16 { m } else { 16 } as u8;
+        let rest = (m - top as usize) as u8;
+        let (wide, rest_bytes) = (model::ROW_BYTES as u16, if rest > 0 { 64 } else { 0 });
+        configs[m] = Config::new(
+            [top, top, rest, rest, top, rest, 16, 16],
+            [
+                wide, wide, rest_bytes, rest_bytes, wide, rest_bytes, wide, wide,
+            ],
+        );
+        m += 1;
+    }
+    configs
+};
+
+impl Kernel {
+    /// Runs one strip call.
+    ///
+    /// # Safety
+    /// `s` describes memory that holds what it says (rows of A and C, the
+    /// panels' k-steps), `panels` and `steps` are at least 1, and for
+    /// [`Kernel::Tiles`] the CPU runs AMX ([`super::supported`]).
+    unsafe fn run(self, s: &Strip) {
+        debug_assert!(s.panels >= 1 && s.steps >= 1);
+        // SAFETY: the caller's contract.
+        let two = unsafe { (*s.config).rows(2) } > 0;
+        match self {
+            // SAFETY: the caller's contract.
+            Self::Model => unsafe { strip_model(s, two) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the caller's contract.
+            Self::Tiles => unsafe {
+                if two {
+                    strip2(s);
+                } else {
+                    strip1(s);
+                }
+            },
+            #[cfg(not(target_arch = "x86_64"))]
+            Self::Tiles => unreachable!("AMX runs on x86_64 only"),
+        }
+    }
+}
+
+/// The strip kernel on the portable model, step for step as the assembly.
+///
+/// # Safety
+/// As [`Kernel::run`].
+unsafe fn strip_model(s: &Strip, two: bool) {
+    // SAFETY: the caller's contract.
+    let mut unit = Unit::load_config(unsafe { &*s.config });
+    let (mut b, mut c) = (s.b.cast::<u8>(), s.c.cast::<u8>());
+    for _ in 0..s.panels {
+        // SAFETY: the caller's contract: 16 rows further is still inside C
+        // where the strip has a second tile of rows.
+        let c2 = unsafe { c.add(16 * s.ldc) };
+        // SAFETY: the caller's contract (for all the loads and stores below).
+        unsafe {
+            if s.accumulate != 0 {
+                unit.load(0, c, s.ldc);
+                unit.load(1, c.add(64), s.ldc);
+                if two {
+                    unit.load(2, c2, s.ldc);
+                    unit.load(3, c2.add(64), s.ldc);
+                }
+            } else {
+                (0..4).for_each(|t| unit.zero(t));
+            }
+            let mut a = s.a.cast::<u8>();
+            let mut bp = b;
+            for _ in 0..s.steps {
+                unit.load(4, a, 64);
+                unit.load(6, bp, 64);
+                unit.load(7, bp.add(1024), 64);
+                unit.dpbf16ps(0, 4, 6);
+                unit.dpbf16ps(1, 4, 7);
+                if two {
+                    unit.load(5, a.add(1024), 64);
+                    unit.dpbf16ps(2, 5, 6);
+                    unit.dpbf16ps(3, 5, 7);
+                }
+                a = a.add(2048);
+                bp = bp.add(2048);
+            }
+            unit.store(0, c, s.ldc);
+            unit.store(1, c.add(64), s.ldc);
+            if two {
+                unit.store(2, c2, s.ldc);
+                unit.store(3, c2.add(64), s.ldc);
+            }
+            b = b.add(s.panel_bytes);
+            c = c.add(128);
+        }
+    }
+}
+
+/// The strip kernel for 17 to 32 rows: a 2 × 2 block of accumulators.
+///
+/// # Safety
+/// As [`Kernel::run`], on a CPU that runs AMX.
+#[cfg(target_arch = "x86_64")]
+unsafe fn strip2(s: &Strip) {
+    // SAFETY: the caller's contract; the block loads its own configuration
+    // and releases the tiles before it ends.
+    unsafe {
+        std::arch::asm!(
+            "mov {x}, qword ptr [{s}]",
+            "ldtilecfg [{x}]",
+            "mov {b}, qword ptr [{s} + 16]",
+            "mov {n}, qword ptr [{s} + 32]",
+            "mov {c}, qword ptr [{s} + 48]",
+            "mov {ldc}, qword ptr [{s} + 56]",
+            "mov {x}, 64",
+            // Each panel: the accumulators from C or zero, ...
+            "2:",
+            "lea {c2}, [{c} + {ldc}*8]",
+            "lea {c2}, [{c2} + {ldc}*8]",
+            "cmp qword ptr [{s} + 64], 0",
+            "je 4f",
+            "tileloadd tmm0, [{c} + {ldc}*1]",
+            "tileloadd tmm1, [{c} + {ldc}*1 + 64]",
+            "tileloadd tmm2, [{c2} + {ldc}*1]",
+            "tileloadd tmm3, [{c2} + {ldc}*1 + 64]",
+            "jmp 5f",
+            "4:",
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            // ... the k-steps: two A and two B tiles, four products, ...
+            "5:",
+            "mov {ap}, qword ptr [{s} + 8]",
+            "mov {bp}, {b}",
+            "mov {k}, qword ptr [{s} + 40]",
+            "3:",
+            "tileloadd tmm4, [{ap} + {x}*1]",
+            "tileloadd tmm6, [{bp} + {x}*1]",
+            "tileloadd tmm7, [{bp} + {x}*1 + 1024]",
+            "tdpbf16ps tmm0, tmm4, tmm6",
+            "tdpbf16ps tmm1, tmm4, tmm7",
+            "tileloadd tmm5, [{ap} + {x}*1 + 1024]",
+            "tdpbf16ps tmm2, tmm5, tmm6",
+            "tdpbf16ps tmm3, tmm5, tmm7",
+            "add {ap}, 2048",
+            "add {bp}, 2048",
+            "dec {k}",
+            "jnz 3b",
+            // ... and the sums back to C.
+            "tilestored [{c} + {ldc}*1], tmm0",
+            "tilestored [{c} + {ldc}*1 + 64], tmm1",
+            "tilestored [{c2} + {ldc}*1], tmm2",
+            "tilestored [{c2} + {ldc}*1 + 64], tmm3",
+            "add {b}, qword ptr [{s} + 24]",
+            "add {c}, 128",
+            "dec {n}",
+            "jnz 2b",
+            "tilerelease",
+            s = in(reg) s as *const Strip,
+            x = out(reg) _,
+            b = out(reg) _,
+            n = out(reg) _,
+            c = out(reg) _,
+            c2 = out(reg) _,
+            ldc = out(reg) _,
+            ap = out(reg) _,
+            bp = out(reg) _,
+            k = out(reg) _,
+            out("tmm0") _,
+            out("tmm1") _,
+            out("tmm2") _,
+            out("tmm3") _,
+            out("tmm4") _,
+            out("tmm5") _,
+            out("tmm6") _,
+            out("tmm7") _,
+            options(nostack),
+        );
+    }
+}
+
+/// The strip kernel for 1 to 16 rows: one row of two accumulators.
+///
+/// # Safety
+/// As [`Kernel::run`], on a CPU that runs AMX.
+#[cfg(target_arch = "x86_64")]
+unsafe fn strip1(s: &Strip) {
+    // SAFETY: as `strip2`.
+    unsafe {
+        std::arch::asm!(
+            "mov {x}, qword ptr [{s}]",
+            "ldtilecfg [{x}]",
+            "mov {b}, qword ptr [{s} + 16]",
+            "mov {n}, qword ptr [{s} + 32]",
+            "mov {c}, qword ptr [{s} + 48]",
+            "mov {ldc}, qword ptr [{s} + 56]",
+            "mov {x}, 64",
+            "2:",
+            "cmp qword ptr [{s} + 64], 0",
+            "je 4f",
+            "tileloadd tmm0, [{c} + {ldc}*1]",
+            "tileloadd tmm1, [{c} + {ldc}*1 + 64]",
+            "jmp 5f",
+            "4:",
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "5:",
+            "mov {ap}, qword ptr [{s} + 8]",
+            "mov {bp}, {b}",
+            "mov {k}, qword ptr [{s} + 40]",
+            "3:",
+            "tileloadd tmm4, [{ap} + {x}*1]",
+            "tileloadd tmm6, [{bp} + {x}*1]",
+            "tileloadd tmm7, [{bp} + {x}*1 + 1024]",
+            "tdpbf16ps tmm0, tmm4, tmm6",
+            "tdpbf16ps tmm1, tmm4, tmm7",
+            "add {ap}, 2048",
+            "add {bp}, 2048",
+            "dec {k}",
+            "jnz 3b",
+            "tilestored [{c} + {ldc}*1], tmm0",
+            "tilestored [{c} + {ldc}*1 + 64], tmm1",
+            "add {b}, qword ptr [{s} + 24]",
+            "add {c}, 128",
+            "dec {n}",
+            "jnz 2b",
+            "tilerelease",
+            s = in(reg) s as *const Strip,
+            x = out(reg) _,
+            b = out(reg) _,
+            n = out(reg) _,
+            c = out(reg) _,
+            ldc = out(reg) _,
+            ap = out(reg) _,
+            bp = out(reg) _,
+            k = out(reg) _,
+            out("tmm0") _,
+            out("tmm1") _,
+            out("tmm4") _,
+            out("tmm6") _,
+            out("tmm7") _,
+            options(nostack),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A product with values that make every partial sum exact (small
+    /// integers and halves), against the definition.
+    fn exact_case(rows: usize, inputs: usize, outputs: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let a: Vec<f32> = (0..rows * inputs)
+            .map(|i| ((i * 7919 + 3) % 9) as f32 - 4.0)
+            .collect();
+        let w: Vec<f32> = (0..outputs * inputs)
+            .map(|i| (((i * 104_729 + 11) % 7) as f32 - 3.0) * 0.5)
+            .collect();
+        let want: Vec<f32> = (0..rows * outputs)
+            .map(|i| {
+                let (r, o) = (i / outputs, i % outputs);
+                (0..inputs)
+                    .map(|k| a[r * inputs + k] * w[o * inputs + k])
+                    .sum::<f32>()
+            })
+            .collect();
+        (a, w, want)
+    }
+
+    const SHAPES: &[(usize, usize, usize)] = &[
+        (1, 3, 5),
+        (7, 33, 70),
+        (16, 64, 32),
+        (17, 64, 33),
+        (40, 100, 96),
+        (95, 384, 130),
+        (200, 96, 64),
+    ];
+
+    /// Small blockings, so that every path (several tasks, chunks, groups,
+    /// partial strips and panels) runs on small shapes.
+    const BLOCKINGS: &[Blocking] = &[
+        Blocking::DEFAULT,
+        Blocking {
+            task_rows: 32,
+            group_panels: 1,
+        },
+        Blocking {
+            task_rows: 64,
+            group_panels: 2,
+        },
+    ];
+
+    fn product(
+        kernel: Kernel,
+        blocking: Blocking,
+        a: &[f32],
+        w: &PackedWeight,
+        rows: usize,
+    ) -> Vec<f32> {
+        let mut c = vec![f32::NAN; rows * w.outputs];
+        matmul_on(kernel, blocking, &mut c, a, rows, w, None, None, None);
+        c
+    }
+
+    #[test]
+    fn the_portable_model_computes_the_product_for_every_blocking() {
+        for &(rows, inputs, outputs) in SHAPES {
+            let (a, w, want) = exact_case(rows, inputs, outputs);
+            for chunk in [CHUNK_STEPS, 1, 2] {
+                let packed = PackedWeight::pack_in_chunks(&w, inputs, outputs, chunk);
+                for &blocking in BLOCKINGS {
+                    let got = product(Kernel::Model, blocking, &a, &packed, rows);
+                    assert_eq!(
+                        got, want,
+                        "{rows}x{inputs}x{outputs} {blocking:?} chunk {chunk}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bias_residual_and_post_are_applied_once() {
+        let (rows, inputs, outputs) = (70, 40, 50);
+        let (a, w, want) = exact_case(rows, inputs, outputs);
+        let packed = PackedWeight::pack_in_chunks(&w, inputs, outputs, 1);
+        let bias: Vec<f32> = (0..outputs).map(|o| o as f32).collect();
+        let residual: Vec<f32> = (0..rows * outputs).map(|i| (i % 5) as f32).collect();
+        let post = |rows: &mut [f32]| rows.iter_mut().for_each(|x| *x *= 2.0);
+        for &blocking in BLOCKINGS {
+            let mut c = vec![f32::NAN; rows * outputs];
+            matmul_on(
+                Kernel::Model,
+                blocking,
+                &mut c,
+                &a,
+                rows,
+                &packed,
+                Some(&bias),
+                Some(&residual),
+                Some(&post),
+            );
+            for (i, (&got, &p)) in c.iter().zip(&want).enumerate() {
+                let expected = 2.0 * (p + bias[i % outputs] + residual[i]);
+                assert_eq!(got, expected, "{blocking:?} at {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_tile_kernels_match_the_model() {
+        if !super::super::supported() {
+            eprintln!("skipping: AMX is not usable here (the model's tests ran)");
+            return;
+        }
+        for &(rows, inputs, outputs) in SHAPES {
+            let (a, w, want) = exact_case(rows, inputs, outputs);
+            for chunk in [CHUNK_STEPS, 1, 2] {
+                let packed = PackedWeight::pack_in_chunks(&w, inputs, outputs, chunk);
+                for &blocking in BLOCKINGS {
+                    let got = product(Kernel::Tiles, blocking, &a, &packed, rows);
+                    assert_eq!(
+                        got, want,
+                        "exact {rows}x{inputs}x{outputs} {blocking:?} chunk {chunk}"
+                    );
+                }
+            }
+            // Values whose sums round: the tiles against the model, and both
+            // against f64 within bf16's rounding of the inputs.
+            let a: Vec<f32> = (0..rows * inputs)
+                .map(|i| ((i * 7919) % 97) as f32 / 50.0 - 1.0)
+                .collect();
+            let w: Vec<f32> = (0..outputs * inputs)
+                .map(|i| ((i * 104_729) % 89) as f32 / 45.0 - 1.0)
+                .collect();
+            let packed = PackedWeight::pack(&w, inputs, outputs);
+            let tiles = product(Kernel::Tiles, Blocking::DEFAULT, &a, &packed, rows);
+            let model = product(Kernel::Model, Blocking::DEFAULT, &a, &packed, rows);
+            for (i, (&t, &m)) in tiles.iter().zip(&model).enumerate() {
+                let (r, o) = (i / outputs, i % outputs);
+                let scale: f64 = (0..inputs)
+                    .map(|k| f64::from(a[r * inputs + k] * w[o * inputs + k]).abs())
+                    .sum::<f64>()
+                    .max(1.0);
+                let exact: f64 = (0..inputs)
+                    .map(|k| f64::from(a[r * inputs + k]) * f64::from(w[o * inputs + k]))
+                    .sum();
+                assert!(
+                    f64::from((t - m).abs()) <= 1e-5 * scale,
+                    "{rows}x{inputs}x{outputs} [{r},{o}]: tiles {t}, model {m}"
+                );
+                assert!(
+                    (f64::from(t) - exact).abs() <= 2e-2 * scale,
+                    "{rows}x{inputs}x{outputs} [{r},{o}]: tiles {t}, exact {exact}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_rows_bits_do_not_depend_on_the_batch() {
+        if !super::super::supported() {
+            eprintln!("skipping: AMX is not usable here");
+            return;
+        }
+        let (inputs, outputs) = (384, 96);
+        let a: Vec<f32> = (0..100 * inputs)
+            .map(|i| ((i * 7919) % 97) as f32 / 50.0 - 1.0)
+            .collect();
+        let w: Vec<f32> = (0..outputs * inputs)
+            .map(|i| ((i * 104_729) % 89) as f32 / 45.0 - 1.0)
+            .collect();
+        let packed = PackedWeight::pack(&w, inputs, outputs);
+        let all = product(Kernel::Tiles, Blocking::DEFAULT, &a, &packed, 100);
+        for (from, rows) in [(0, 1), (37, 1), (5, 17), (60, 40)] {
+            let part = &a[from * inputs..(from + rows) * inputs];
+            let got = product(Kernel::Tiles, Blocking::DEFAULT, part, &packed, rows);
+            assert_eq!(
+                got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                all[from * outputs..(from + rows) * outputs]
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect::<Vec<_>>(),
+                "rows {from}..{}",
+                from + rows
+            );
+        }
+    }
+}
