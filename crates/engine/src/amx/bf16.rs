@@ -62,7 +62,7 @@ impl Blocking {
 
 /// k-steps per chunk of the shared dimension: a strip's chunk of A is 16
 /// KiB (L1).
-const CHUNK_STEPS: usize = 8;
+const CHUNK_STEPS: usize = 16;
 
 /// A weight matrix `W` (`outputs × inputs`, row-major as stored) packed in
 /// the tile layout: chunk after chunk of the shared dimension, in each the
@@ -258,48 +258,33 @@ struct Task<'a> {
     a: &'a [u16],
 }
 
-std::thread_local! {
-    /// Each thread's buffer of a task's sums.
-    static SUMS: std::cell::RefCell<Aligned<f32>> = std::cell::RefCell::new(Aligned::zeroed(0));
-}
-
 impl Task<'_> {
     /// `c = (residual or 0) + (bias or 0) + a · Wᵀ` for the task's rows
-    /// (`c.len() / outputs` of them).
+    /// (`c.len() / outputs` of them): the tiles start from the bias (or
+    /// zero) and store into C, whole panels straight into its rows, a last
+    /// partial panel through a block of its own; the residual is added after.
     fn run(&self, c: &mut [f32], bias: Option<&[f32]>, residual: Option<&[f32]>) {
-        let w = self.w;
-        let rows = c.len() / w.outputs;
-        let strips = rows.div_ceil(STRIP);
-        let group_panels = self.blocking.group_panels;
-        // The sums of a group's columns, 32 rows per strip (tiles store to
-        // aligned rows; the epilogue moves them into C), in a buffer each
-        // thread keeps (its contents are never read before written).
-        let width = odd_lines(group_panels.min(w.panels) * PANEL * 4) / 4;
-        SUMS.with(|sums| {
-            let mut sums = sums.borrow_mut();
-            sums.grow(strips * STRIP * width);
-            let sums = &mut sums.as_mut_slice()[..strips * STRIP * width];
-            self.run_in(c, bias, residual, sums, width);
-        });
-    }
-
-    /// [`Task::run`] with the sums in `sums` (rows of `width`).
-    fn run_in(
-        &self,
-        c: &mut [f32],
-        bias: Option<&[f32]>,
-        residual: Option<&[f32]>,
-        sums: &mut [f32],
-        width: usize,
-    ) {
         let w = self.w;
         let outputs = w.outputs;
         let rows = c.len() / outputs;
         let strips = rows.div_ceil(STRIP);
         let group_panels = self.blocking.group_panels;
         let strip_values = w.steps * STRIP * KSTEP;
+        // Panels stored into C's rows; the last one where it is partial
+        // goes through `tail` (32 columns per row, its bias zero-padded).
+        let whole = outputs / PANEL;
+        let mut tail = Aligned::<f32>::zeroed(if whole < w.panels {
+            strips * STRIP * PANEL
+        } else {
+            0
+        });
+        let mut tail_bias = [0.0f32; PANEL];
+        if let Some(b) = bias {
+            tail_bias[..outputs - whole * PANEL].copy_from_slice(&b[whole * PANEL..]);
+        }
         for group in (0..w.panels).step_by(group_panels) {
             let panels = group_panels.min(w.panels - group);
+            let stored = panels.min(whole.saturating_sub(group));
             for chunk in (0..w.steps).step_by(w.chunk) {
                 let (at, steps) = w.run(chunk, group);
                 let last = at + panels * steps * 2 * TILE_VALUES;
@@ -312,48 +297,59 @@ impl Task<'_> {
                         a + steps * STRIP * KSTEP <= self.a.len(),
                         "rows out of bounds"
                     );
-                    let call = Strip {
-                        config: &CONFIGS[m],
-                        a: self.a[a..].as_ptr(),
-                        b: w.data.as_slice()[at..].as_ptr(),
-                        panel_bytes: steps * 2 * TILE_VALUES * 2,
-                        panels,
-                        steps,
-                        c: sums[first * width..].as_mut_ptr(),
-                        ldc: width * 4,
-                        accumulate: usize::from(chunk > 0),
-                    };
-                    // SAFETY: the strip holds `steps` k-steps from `chunk`,
-                    // the group's panels hold them (both asserted above),
-                    // and the sums hold the strip's 32 rows of `width` ≥
-                    // 32·panels columns.
-                    unsafe { self.kernel.run(&call) };
+                    let call =
+                        |panels: usize, b: usize, c: *mut f32, ldc: usize, bias: *const f32| {
+                            Strip {
+                                config: &CONFIGS[m],
+                                a: self.a[a..].as_ptr(),
+                                b: w.data.as_slice()[b..].as_ptr(),
+                                panel_bytes: steps * 2 * TILE_VALUES * 2,
+                                panels,
+                                steps,
+                                c,
+                                ldc: ldc * 4,
+                                accumulate: usize::from(chunk > 0),
+                                bias,
+                            }
+                        };
+                    if stored > 0 {
+                        let c = &mut c[first * outputs + group * PANEL..];
+                        assert!(c.len() >= (m - 1) * outputs + stored * PANEL);
+                        let bias = bias.map_or(std::ptr::null(), |b| b[group * PANEL..].as_ptr());
+                        let call = call(stored, at, c.as_mut_ptr(), outputs, bias);
+                        // SAFETY: the strip holds `steps` k-steps from
+                        // `chunk`, the group's panels hold them (both
+                        // asserted above), C holds the strip's `m` rows of
+                        // the stored panels' columns (asserted), and the
+                        // bias, where there is one, those columns.
+                        unsafe { self.kernel.run(&call) };
+                    }
+                    if group + panels > whole {
+                        let (b, _) = w.run(chunk, whole);
+                        let c = tail.as_mut_slice()[first * PANEL..].as_mut_ptr();
+                        let bias = if bias.is_some() {
+                            tail_bias.as_ptr()
+                        } else {
+                            std::ptr::null()
+                        };
+                        let call = call(1, b, c, PANEL, bias);
+                        // SAFETY: as above; the tail holds the strip's 32
+                        // rows of 32 columns, its bias 32 values.
+                        unsafe { self.kernel.run(&call) };
+                    }
                 }
             }
-            let cols = (outputs - group * PANEL).min(panels * PANEL);
+        }
+        if whole < w.panels {
+            let tail = tail.as_slice();
             for (r, row) in c.chunks_exact_mut(outputs).enumerate() {
-                let at = r * outputs + group * PANEL;
-                epilogue(
-                    &mut row[group * PANEL..group * PANEL + cols],
-                    &sums[r * width..r * width + cols],
-                    bias.map(|b| &b[group * PANEL..group * PANEL + cols]),
-                    residual.map(|res| &res[at..at + cols]),
-                );
+                row[whole * PANEL..]
+                    .copy_from_slice(&tail[r * PANEL..r * PANEL + outputs - whole * PANEL]);
             }
         }
-    }
-}
-
-/// A row of `bytes` (a multiple of 64) padded to an odd number of cache
-/// lines: the rows of a tile, one stride apart, then fall into different
-/// L1 sets (at a stride of 2 KiB, 16 rows share two sets of 12 ways, and a
-/// strip's loads evict each other: measured 0.8 against 2.3 TFLOP/s).
-fn odd_lines(bytes: usize) -> usize {
-    debug_assert!(bytes.is_multiple_of(64));
-    if (bytes / 64).is_multiple_of(2) {
-        bytes + 64
-    } else {
-        bytes
+        if let Some(residual) = residual {
+            add_residual(c, residual);
+        }
     }
 }
 
@@ -404,42 +400,27 @@ unsafe fn round_into_strip_avx512(strip: &mut [u16], row: &[f32], r: usize) {
     }
 }
 
-/// `c = sums + (bias or 0) + (residual or 0)` on a row's columns.
-fn epilogue(c: &mut [f32], sums: &[f32], bias: Option<&[f32]>, residual: Option<&[f32]>) {
+/// `c += residual`.
+fn add_residual(c: &mut [f32], residual: &[f32]) {
     #[inline(always)]
-    fn add(c: &mut [f32], sums: &[f32], bias: Option<&[f32]>, residual: Option<&[f32]>) {
-        match (bias, residual) {
-            (Some(b), Some(res)) => {
-                for (((x, &s), &b), &y) in c.iter_mut().zip(sums).zip(b).zip(res) {
-                    *x = (b + y) + s;
-                }
-            }
-            (Some(b), None) => {
-                for ((x, &s), &b) in c.iter_mut().zip(sums).zip(b) {
-                    *x = b + s;
-                }
-            }
-            (None, Some(res)) => {
-                for ((x, &s), &y) in c.iter_mut().zip(sums).zip(res) {
-                    *x = y + s;
-                }
-            }
-            (None, None) => c.copy_from_slice(sums),
+    fn add(c: &mut [f32], residual: &[f32]) {
+        for (x, &y) in c.iter_mut().zip(residual) {
+            *x += y;
         }
     }
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx512f")]
-        fn add512(c: &mut [f32], sums: &[f32], bias: Option<&[f32]>, residual: Option<&[f32]>) {
-            add(c, sums, bias, residual);
+        fn add512(c: &mut [f32], residual: &[f32]) {
+            add(c, residual);
         }
         if crate::isa::avx512() {
             // SAFETY: the CPU has AVX-512F.
-            unsafe { add512(c, sums, bias, residual) };
+            unsafe { add512(c, residual) };
             return;
         }
     }
-    add(c, sums, bias, residual);
+    add(c, residual);
 }
 
 /// One kernel call: a strip of up to 32 rows against `panels` panels, over
@@ -464,8 +445,12 @@ struct Strip {
     c: *mut f32,
     /// Bytes between rows of C.
     ldc: usize,
-    /// Non-zero: the sums start from C (a later chunk), else from zero.
+    /// Non-zero: the sums start from C (a later chunk), else from the bias
+    /// (or zero).
     accumulate: usize,
+    /// The first panel's 32 biases (null: none), read into every row of the
+    /// accumulators as they start (a tile load with a stride of zero).
+    bias: *const f32,
 }
 
 /// The tile configuration of a strip of `m` rows (index `m`, 1 to 32):
@@ -525,7 +510,7 @@ impl Kernel {
 unsafe fn strip_model(s: &Strip, two: bool) {
     // SAFETY: the caller's contract.
     let mut unit = Unit::load_config(unsafe { &*s.config });
-    let (mut b, mut c) = (s.b.cast::<u8>(), s.c.cast::<u8>());
+    let (mut b, mut c, mut bias) = (s.b.cast::<u8>(), s.c.cast::<u8>(), s.bias.cast::<u8>());
     for _ in 0..s.panels {
         // SAFETY: the caller's contract: 16 rows further is still inside C
         // where the strip has a second tile of rows.
@@ -538,6 +523,13 @@ unsafe fn strip_model(s: &Strip, two: bool) {
                 if two {
                     unit.load(2, c2, s.ldc);
                     unit.load(3, c2.add(64), s.ldc);
+                }
+            } else if !bias.is_null() {
+                unit.load(0, bias, 0);
+                unit.load(1, bias.add(64), 0);
+                if two {
+                    unit.load(2, bias, 0);
+                    unit.load(3, bias.add(64), 0);
                 }
             } else {
                 (0..4).for_each(|t| unit.zero(t));
@@ -566,6 +558,9 @@ unsafe fn strip_model(s: &Strip, two: bool) {
             }
             b = b.add(s.panel_bytes);
             c = c.add(128);
+            if !bias.is_null() {
+                bias = bias.add(128);
+            }
         }
     }
 }
@@ -586,6 +581,8 @@ unsafe fn strip2(s: &Strip) {
             "mov {n}, qword ptr [{s} + 32]",
             "mov {c}, qword ptr [{s} + 48]",
             "mov {ldc}, qword ptr [{s} + 56]",
+            "mov {bias}, qword ptr [{s} + 72]",
+            "xor {zero:e}, {zero:e}",
             "mov {x}, 64",
             // Each panel: the accumulators from C or zero, ...
             "2:",
@@ -599,6 +596,15 @@ unsafe fn strip2(s: &Strip) {
             "tileloadd tmm3, [{c2} + {ldc}*1 + 64]",
             "jmp 5f",
             "4:",
+            "test {bias}, {bias}",
+            "jz 6f",
+            // The bias in every row: a stride of zero.
+            "tileloadd tmm0, [{bias} + {zero}*1]",
+            "tileloadd tmm1, [{bias} + {zero}*1 + 64]",
+            "tileloadd tmm2, [{bias} + {zero}*1]",
+            "tileloadd tmm3, [{bias} + {zero}*1 + 64]",
+            "jmp 5f",
+            "6:",
             "tilezero tmm0",
             "tilezero tmm1",
             "tilezero tmm2",
@@ -628,6 +634,11 @@ unsafe fn strip2(s: &Strip) {
             "tilestored [{c2} + {ldc}*1 + 64], tmm3",
             "add {b}, qword ptr [{s} + 24]",
             "add {c}, 128",
+            // The next panel's biases (none stays none).
+            "test {bias}, {bias}",
+            "jz 7f",
+            "add {bias}, 128",
+            "7:",
             "dec {n}",
             "jnz 2b",
             "tilerelease",
@@ -641,6 +652,8 @@ unsafe fn strip2(s: &Strip) {
             ap = out(reg) _,
             bp = out(reg) _,
             k = out(reg) _,
+            bias = out(reg) _,
+            zero = out(reg) _,
             out("tmm0") _,
             out("tmm1") _,
             out("tmm2") _,
@@ -669,6 +682,8 @@ unsafe fn strip1(s: &Strip) {
             "mov {n}, qword ptr [{s} + 32]",
             "mov {c}, qword ptr [{s} + 48]",
             "mov {ldc}, qword ptr [{s} + 56]",
+            "mov {bias}, qword ptr [{s} + 72]",
+            "xor {zero:e}, {zero:e}",
             "mov {x}, 64",
             "2:",
             "cmp qword ptr [{s} + 64], 0",
@@ -677,6 +692,12 @@ unsafe fn strip1(s: &Strip) {
             "tileloadd tmm1, [{c} + {ldc}*1 + 64]",
             "jmp 5f",
             "4:",
+            "test {bias}, {bias}",
+            "jz 6f",
+            "tileloadd tmm0, [{bias} + {zero}*1]",
+            "tileloadd tmm1, [{bias} + {zero}*1 + 64]",
+            "jmp 5f",
+            "6:",
             "tilezero tmm0",
             "tilezero tmm1",
             "5:",
@@ -697,6 +718,11 @@ unsafe fn strip1(s: &Strip) {
             "tilestored [{c} + {ldc}*1 + 64], tmm1",
             "add {b}, qword ptr [{s} + 24]",
             "add {c}, 128",
+            // The next panel's biases (none stays none).
+            "test {bias}, {bias}",
+            "jz 7f",
+            "add {bias}, 128",
+            "7:",
             "dec {n}",
             "jnz 2b",
             "tilerelease",
@@ -709,6 +735,8 @@ unsafe fn strip1(s: &Strip) {
             ap = out(reg) _,
             bp = out(reg) _,
             k = out(reg) _,
+            bias = out(reg) _,
+            zero = out(reg) _,
             out("tmm0") _,
             out("tmm1") _,
             out("tmm4") _,

@@ -62,14 +62,6 @@ impl<T: Plain> Aligned<T> {
         Self { ptr, len }
     }
 
-    /// Makes room for at least `len` values: a buffer too short is replaced
-    /// by a zeroed one, a long enough one keeps its contents.
-    pub(crate) fn grow(&mut self, len: usize) {
-        if self.len < len {
-            *self = Self::zeroed(len);
-        }
-    }
-
     pub(crate) fn as_slice(&self) -> &[T] {
         // SAFETY: the allocation holds `len` values, aligned for any `T`
         // up to 64 bytes, initialised (zero bytes are a valid `T`).
