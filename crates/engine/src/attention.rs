@@ -38,6 +38,11 @@ pub struct Heads {
     pub window: Option<usize>,
     /// The factor of `Q·Kᵀ` (`1/√dim` unless the model says otherwise).
     pub scale: f32,
+    /// Whether `Q·Kᵀ` and `P·V` may run in bf16 with f32 sums (on AMX
+    /// tiles, where the `amx` level is active and the head width is a
+    /// multiple of 32): the models whose products run in bf16 or int8 say
+    /// so; the softmax stays f32.
+    pub bf16: bool,
 }
 
 impl Heads {
@@ -50,6 +55,7 @@ impl Heads {
             causal,
             window: None,
             scale: 1.0 / (dim as f32).sqrt(),
+            bf16: false,
         }
     }
 
@@ -112,16 +118,25 @@ pub fn attention(
     out: &mut [f32],
     packed: &mut Packed,
 ) {
-    run(
-        heads,
-        lengths,
-        qkv,
-        layout,
-        out,
-        packed,
-        picks,
-        fast::supported(heads.dim),
-    );
+    let path = if heads.bf16 && tiles::supported(heads.dim) {
+        Path::Tiles(crate::amx::bf16::Kernel::Tiles)
+    } else if fast::supported(heads.dim) {
+        Path::Fast
+    } else {
+        Path::Gemm
+    };
+    run(heads, lengths, qkv, layout, out, packed, picks, path);
+}
+
+/// How a task computes its queries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// `gemm` products of query blocks against key blocks.
+    Gemm,
+    /// The register-blocked AVX-512 / AVX2 kernels ([`fast`]).
+    Fast,
+    /// bf16 tile products ([`tiles`]) on the tile unit or its model.
+    Tiles(crate::amx::bf16::Kernel),
 }
 
 pub use fast::Packed;
@@ -135,7 +150,7 @@ fn run(
     out: &mut [f32],
     packed: &mut Packed,
     picks: Option<&[usize]>,
-    fast: bool,
+    path: Path,
 ) {
     let width = heads.query * heads.dim;
     assert!(heads.kv > 0 && heads.query.is_multiple_of(heads.kv));
@@ -153,8 +168,10 @@ fn run(
     // sequence, every head.
     // The fast path reads keys (in blocks of 16) and values packed once per
     // sequence and key/value head, shared by every task of the sequence.
-    if fast {
-        packed.fill(heads, lengths, qkv, layout);
+    match path {
+        Path::Fast => packed.fill(heads, lengths, qkv, layout),
+        Path::Tiles(_) => packed.tiles.fill(heads, lengths, qkv, layout),
+        Path::Gemm => {}
     }
     let packed = &*packed;
     let mut tasks = Vec::new();
@@ -181,12 +198,10 @@ fn run(
     }
     tasks
         .into_par_iter()
-        .for_each_init(Scratch::default, |scratch, task| {
-            if fast {
-                task.run_fast(heads, qkv, layout, packed, scratch);
-            } else {
-                task.run_gemm(heads, qkv, layout, scratch);
-            }
+        .for_each_init(Scratch::default, |scratch, task| match path {
+            Path::Fast => task.run_fast(heads, qkv, layout, packed, scratch),
+            Path::Gemm => task.run_gemm(heads, qkv, layout, scratch),
+            Path::Tiles(kernel) => task.run_tiles(heads, qkv, layout, &packed.tiles, kernel),
         });
 }
 
@@ -398,6 +413,226 @@ impl Task<'_> {
     }
 }
 
+impl Task<'_> {
+    /// The tile path: for each query head, strips of 32 of the task's
+    /// queries (rounded to bf16 in the tile layout) against blocks of
+    /// [`tiles::KEYS`] keys: `S = Q·Kᵀ` on tiles, the online softmax in f32
+    /// on S's rows, `P` rounded to bf16 as the next product's strip, and `O
+    /// = O·α + P·V` on tiles, O kept in f32.
+    fn run_tiles(
+        self,
+        heads: Heads,
+        qkv: &[f32],
+        layout: QkvLayout,
+        packed: &tiles::Packed,
+        kernel: crate::amx::bf16::Kernel,
+    ) {
+        use crate::amx::Aligned;
+        use crate::amx::bf16::{KSTEP, PANEL, STRIP, round_into_strip, strip_times_panels};
+        use tiles::KEYS;
+        let d = heads.dim;
+        let steps = d / KSTEP;
+        let width = heads.query * d;
+        let group = heads.query / heads.kv;
+        let stride = layout.stride;
+        let (lo, keys) = self.keys(heads);
+        let start = lo / KSTEP * KSTEP;
+        let seq = &qkv[self.sequence * stride..(self.sequence + self.len) * stride];
+        let mut q = Aligned::<u16>::zeroed(steps * STRIP * KSTEP);
+        let mut p = Aligned::<u16>::zeroed(KEYS / KSTEP * STRIP * KSTEP);
+        let mut s = Aligned::<f32>::zeroed(STRIP * KEYS);
+        let mut o = Aligned::<f32>::zeroed(STRIP * d);
+        let (mut max, mut sum, mut alpha) = ([0.0f32; STRIP], [0.0f32; STRIP], [0.0f32; STRIP]);
+        for head in 0..heads.query {
+            let (k_panels, v_panels) = packed.get(self.index, head / group);
+            for strip in (0..self.rows).step_by(STRIP) {
+                let m = (self.rows - strip).min(STRIP);
+                let first = self.first + strip;
+                for i in 0..m {
+                    let at = (first + i) * stride + layout.q + head * d;
+                    round_into_strip(q.as_mut_slice(), &seq[at..at + d], i);
+                }
+                max.fill(f32::NEG_INFINITY);
+                sum.fill(0.0);
+                // The strip's last query sees keys up to the end of its span.
+                let end = heads.span(first + m - 1, self.len).1;
+                let mut k0 = start;
+                let mut accumulate = false;
+                while k0 < keys.min(end) {
+                    let n = (keys.min(end) - k0).min(KEYS);
+                    let padded = n.next_multiple_of(KSTEP);
+                    strip_times_panels(
+                        kernel,
+                        q.as_slice(),
+                        m,
+                        steps,
+                        k_panels,
+                        k0 / PANEL,
+                        padded / PANEL,
+                        0,
+                        s.as_mut_slice(),
+                        KEYS,
+                        false,
+                    );
+                    for i in 0..m {
+                        let row = &mut s.as_mut_slice()[i * KEYS..i * KEYS + padded];
+                        let span = heads.span(first + i, self.len);
+                        alpha[i] = softmax_row(
+                            span,
+                            &mut row[..n],
+                            k0,
+                            heads.scale,
+                            &mut max[i],
+                            &mut sum[i],
+                        );
+                        row[n..].fill(0.0);
+                        round_into_strip(p.as_mut_slice(), row, i);
+                    }
+                    if accumulate {
+                        for (row, &a) in o.as_mut_slice().chunks_exact_mut(d).zip(&alpha).take(m) {
+                            row.iter_mut().for_each(|x| *x *= a);
+                        }
+                    }
+                    strip_times_panels(
+                        kernel,
+                        p.as_slice(),
+                        m,
+                        padded / KSTEP,
+                        v_panels,
+                        0,
+                        d / PANEL,
+                        k0 / KSTEP,
+                        o.as_mut_slice(),
+                        d,
+                        accumulate,
+                    );
+                    accumulate = true;
+                    k0 += n;
+                }
+                let rows = o.as_slice().chunks_exact(d).zip(&sum).take(m);
+                for (i, (row, &total)) in rows.enumerate() {
+                    let inv = 1.0 / total;
+                    let out = &mut self.out[(strip + i) * width + head * d..][..d];
+                    for (y, &x) in out.iter_mut().zip(row) {
+                        *y = x * inv;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The tile path's keys and values, packed once per sequence and key/value
+/// head in the tile layout ([`crate::amx::bf16::Panels`]): keys as panels
+/// of 32 keys over the head's width, values as panels of 32 of the head's
+/// columns over the keys.
+mod tiles {
+    use rayon::prelude::*;
+
+    use crate::amx::Aligned;
+    use crate::amx::bf16::{KSTEP, Panels, pack_columns, pack_rows, panels_len};
+
+    /// Keys per block of the online softmax (a multiple of 32).
+    pub(super) const KEYS: usize = 128;
+
+    /// Whether the tile path runs here for heads of width `d`.
+    pub(super) fn supported(d: usize) -> bool {
+        crate::amx::supported() && d.is_multiple_of(KSTEP) && d <= 256
+    }
+
+    #[derive(Default)]
+    pub(crate) struct Packed {
+        keys: Option<Aligned<u16>>,
+        values: Option<Aligned<u16>>,
+        /// Per (sequence, kv head): start of its keys and values, and the
+        /// sequence's k-steps.
+        parts: Vec<(usize, usize, usize)>,
+        kv: usize,
+        dim: usize,
+    }
+
+    impl std::fmt::Debug for Packed {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("tiles::Packed")
+                .field("parts", &self.parts.len())
+                .finish_non_exhaustive()
+        }
+    }
+
+    impl Packed {
+        /// Packs a batch's keys and values (buffers kept while large enough).
+        pub(super) fn fill(
+            &mut self,
+            heads: super::Heads,
+            lengths: &[usize],
+            qkv: &[f32],
+            layout: super::QkvLayout,
+        ) {
+            let d = heads.dim;
+            self.parts.clear();
+            let mut size = 0;
+            for &len in lengths {
+                for _ in 0..heads.kv {
+                    self.parts.push((size, size, len.div_ceil(KSTEP)));
+                    size += panels_len(len, d).max(panels_len(d, len));
+                }
+            }
+            let fits =
+                |b: &Option<Aligned<u16>>| b.as_ref().is_some_and(|b| b.as_slice().len() >= size);
+            if !fits(&self.keys) {
+                self.keys = Some(Aligned::zeroed(size));
+            }
+            if !fits(&self.values) {
+                self.values = Some(Aligned::zeroed(size));
+            }
+            let (keys, values) = (
+                self.keys.as_mut().expect("allocated").as_mut_slice(),
+                self.values.as_mut().expect("allocated").as_mut_slice(),
+            );
+            // Cut the buffers into the (sequence, head) parts, in order.
+            let mut jobs = Vec::with_capacity(self.parts.len());
+            let (mut rest_k, mut rest_v) = (&mut keys[..size], &mut values[..size]);
+            let mut start = 0;
+            for &len in lengths {
+                for h in 0..heads.kv {
+                    let part = panels_len(len, d).max(panels_len(d, len));
+                    let (k, tail_k) = rest_k.split_at_mut(part);
+                    let (v, tail_v) = rest_v.split_at_mut(part);
+                    jobs.push((start, len, h, k, v));
+                    rest_k = tail_k;
+                    rest_v = tail_v;
+                }
+                start += len;
+            }
+            jobs.into_par_iter().for_each(|(start, len, h, k, v)| {
+                let rows = &qkv[start * layout.stride..(start + len) * layout.stride];
+                pack_rows(k, &rows[layout.k + h * d..], layout.stride, len, d);
+                pack_columns(v, &rows[layout.v + h * d..], layout.stride, len, d);
+            });
+            self.kv = heads.kv;
+            self.dim = d;
+        }
+
+        /// Sequence `s`'s keys and values of key/value head `h`.
+        pub(super) fn get(&self, s: usize, h: usize) -> (Panels<'_>, Panels<'_>) {
+            let (at, _, steps) = self.parts[s * self.kv + h];
+            let d = self.dim;
+            let keys = self.keys.as_ref().expect("filled").as_slice();
+            let values = self.values.as_ref().expect("filled").as_slice();
+            (
+                Panels {
+                    data: &keys[at..],
+                    steps: d / KSTEP,
+                },
+                Panels {
+                    data: &values[at..],
+                    steps,
+                },
+            )
+        }
+    }
+}
+
 /// The register-blocked kernels of [`Task::run_fast`]: AVX-512 (blocks of
 /// up to 64 keys or value columns per call), or AVX2 + FMA (16 per call:
 /// a 6 × 16 tile is 12 of its 16 registers).
@@ -433,6 +668,8 @@ mod fast {
         /// Per (sequence, kv head): start of its keys and of its values.
         offsets: Vec<usize>,
         kv: usize,
+        /// The tile path's keys and values.
+        pub(super) tiles: super::tiles::Packed,
     }
 
     impl std::fmt::Debug for Packed {
@@ -990,12 +1227,27 @@ mod tests {
                 })
                 .collect();
             let want = reference(heads, &lengths, &qkv, layout);
-            let paths: &[bool] = if fast::supported(dim) {
-                &[false, true]
-            } else {
-                &[false]
-            };
-            for &fast in paths {
+            let mut paths = vec![Path::Gemm];
+            if fast::supported(dim) {
+                paths.push(Path::Fast);
+            }
+            // The tile path in bf16 on the portable model of the tile unit
+            // everywhere, and on the tile unit where it runs.
+            use crate::amx::bf16::Kernel;
+            if dim.is_multiple_of(32) {
+                paths.push(Path::Tiles(Kernel::Model));
+                if tiles::supported(dim) {
+                    paths.push(Path::Tiles(Kernel::Tiles));
+                }
+            }
+            for &path in &paths {
+                let fast = path == Path::Fast;
+                // bf16 inputs to both products: about 2^-8 of the values.
+                let bound = if matches!(path, Path::Tiles(_)) {
+                    2e-2
+                } else {
+                    2e-5
+                };
                 let mut out = vec![f32::NAN; total * query * dim];
                 run(
                     heads,
@@ -1005,12 +1257,12 @@ mod tests {
                     &mut out,
                     &mut Packed::default(),
                     None,
-                    fast,
+                    path,
                 );
                 for (i, (got, want)) in out.iter().zip(&want).enumerate() {
                     assert!(
-                        (f64::from(*got) - want).abs() < 2e-5,
-                        "{query}/{kv} causal {causal} window {window:?} dim {dim} fast {fast}, element {i}: {got} vs {want}"
+                        (f64::from(*got) - want).abs() < bound,
+                        "{query}/{kv} causal {causal} window {window:?} dim {dim} {path:?}, element {i}: {got} vs {want}"
                     );
                 }
                 // One query per sequence: first, last, or one in between.
@@ -1029,7 +1281,7 @@ mod tests {
                     &mut picked,
                     &mut Packed::default(),
                     Some(&picks),
-                    fast,
+                    path,
                 );
                 let mut start = 0;
                 for (s, (&len, &pick)) in lengths.iter().zip(&picks).enumerate() {
@@ -1037,18 +1289,18 @@ mod tests {
                     let (got, full) = (&picked[s * width..(s + 1) * width], &out[row..row + width]);
                     for (c, (g, w)) in got.iter().zip(&want[row..row + width]).enumerate() {
                         assert!(
-                            (f64::from(*g) - w).abs() < 2e-5,
-                            "picked, {query}/{kv} causal {causal} window {window:?} dim {dim} fast {fast}, sequence {s} column {c}: {g} vs {w}"
+                            (f64::from(*g) - w).abs() < bound,
+                            "picked, {query}/{kv} causal {causal} window {window:?} dim {dim} {path:?}, sequence {s} column {c}: {g} vs {w}"
                         );
                     }
                     // Without a window every query's keys start at 0, in the
                     // same blocks as in the full pass: the fast path does the
                     // same arithmetic (the gemm path's products of one row
                     // may add in another order than those of 64).
-                    if window.is_none() && fast {
+                    if window.is_none() && (fast || matches!(path, Path::Tiles(_))) {
                         assert_eq!(
                             got, full,
-                            "picked, {query}/{kv} causal {causal} dim {dim} fast {fast}, sequence {s}"
+                            "picked, {query}/{kv} causal {causal} dim {dim} {path:?}, sequence {s}"
                         );
                     }
                     start += len;

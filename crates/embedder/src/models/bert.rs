@@ -260,6 +260,9 @@ pub(crate) struct NativeBert {
     embedding_norm: LayerNorm,
     layers: Vec<Layer>,
     buffers: Reused<Buffers>,
+    /// Whether attention's products may run in bf16 (the model's products
+    /// do: bf16 or int8).
+    bf16_attention: bool,
 }
 
 impl NativeBert {
@@ -307,6 +310,7 @@ impl NativeBert {
             layers,
             config: config.clone(),
             buffers: Reused::default(),
+            bf16_attention: plan.of(Role::AttentionOut) != engine::linear::Arithmetic::F32,
         })
     }
 
@@ -345,7 +349,10 @@ impl NativeBert {
         let lengths: Vec<usize> = inputs.iter().map(|t| t.ids.len()).collect();
         self.embedding_norm.apply(hidden, h, eps);
 
-        let heads = self.config.heads();
+        let heads = Heads {
+            bf16: self.bf16_attention,
+            ..self.config.heads()
+        };
         let layout = QkvLayout::fused(heads);
         let tanh_form = self.config.tanh_gelu();
         sized(&mut b.qkv, tokens * 3 * h);
@@ -403,16 +410,16 @@ impl NativeBert {
                 .iter()
                 .all(|l| l.is_packed());
             if packed {
+                // More rows where the products run on AMX tiles.
+                let block = [&layer.attention_out, &layer.intermediate, &layer.output]
+                    .iter()
+                    .map(|l| l.block_rows())
+                    .fold(FUSED_ROWS, usize::max);
                 b.hidden[..rows * h]
-                    .par_chunks_mut(FUSED_ROWS * h)
-                    .zip(b.context[..rows * h].par_chunks(FUSED_ROWS * h))
+                    .par_chunks_mut(block * h)
+                    .zip(b.context[..rows * h].par_chunks(block * h))
                     .for_each_init(
-                        || {
-                            (
-                                vec![0.0f32; FUSED_ROWS * h],
-                                vec![0.0f32; FUSED_ROWS * inter],
-                            )
-                        },
+                        || (vec![0.0f32; block * h], vec![0.0f32; block * inter]),
                         |(attended, intermediate), (hidden, context)| {
                             after(hidden, context, attended, intermediate);
                         },

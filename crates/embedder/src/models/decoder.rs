@@ -347,6 +347,9 @@ pub(crate) struct NativeDecoder {
     /// NV-Embed's pooling block, applied before the mean.
     pub(crate) latent: Option<Box<dyn RowPooling>>,
     buffers: Reused<Buffers>,
+    /// Whether attention's products may run in bf16 (the model's products
+    /// do: bf16 or int8).
+    bf16_attention: bool,
 }
 
 /// The activations of a forward pass, kept from one batch to the next.
@@ -501,6 +504,7 @@ impl NativeDecoder {
             spec: spec.clone(),
             latent: None,
             buffers: Reused::default(),
+            bf16_attention: plan.of(Role::AttentionOut) != engine::linear::Arithmetic::F32,
         })
     }
 }
@@ -558,7 +562,10 @@ impl NativeDecoder {
         sized(&mut b.context, tokens * c.query_heads * d);
         let last = self.layers.len().saturating_sub(1);
         for (l, layer) in self.layers.iter().enumerate() {
-            let heads = c.heads(layer.kind, pool.mask);
+            let heads = Heads {
+                bf16: self.bf16_attention,
+                ..c.heads(layer.kind, pool.mask)
+            };
             let (cos, sin) = &tables[layer.kind.rope];
             b.normed.copy_from_slice(&b.x);
             kernels::rms_norm_rows(&mut b.normed, h, &layer.input_norm, eps);
@@ -615,7 +622,11 @@ impl NativeDecoder {
                 .iter()
                 .all(|l| l.is_packed())
             {
-                let block = fused_rows(inter);
+                // More rows where the products run on AMX tiles.
+                let block = [&layer.output, &layer.gate_up, &layer.down]
+                    .iter()
+                    .map(|l| l.block_rows())
+                    .fold(fused_rows(inter), usize::max);
                 b.x[..n]
                     .par_chunks_mut(block * h)
                     .zip(b.context[..rows * width].par_chunks(block * width))

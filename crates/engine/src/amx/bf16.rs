@@ -32,14 +32,14 @@ use super::model::{self, Config, Unit};
 use crate::tile::{Post, to_bf16};
 
 /// Inputs per k-step (a tile row of bf16).
-const KSTEP: usize = 32;
+pub(crate) const KSTEP: usize = 32;
 /// Output columns per B tile and per panel (two tiles).
 const TILE_COLUMNS: usize = 16;
-const PANEL: usize = 2 * TILE_COLUMNS;
+pub(crate) const PANEL: usize = 2 * TILE_COLUMNS;
 /// Rows per strip (two A tiles).
 pub(crate) const STRIP: usize = 2 * model::ROWS;
 /// bf16 values per packed B tile.
-const TILE_VALUES: usize = model::ROWS * model::ROW_BYTES / 2;
+pub(crate) const TILE_VALUES: usize = model::ROWS * model::ROW_BYTES / 2;
 
 /// How a product is cut up (see the module's documentation; the chunks of
 /// the shared dimension are the packed weight's, [`PackedWeight::chunk`]).
@@ -353,12 +353,147 @@ impl Task<'_> {
     }
 }
 
+/// Operands packed as B panels by the caller, for products a strip at a
+/// time (attention's `Q·Kᵀ` and `P·V`): panel `p`'s k-step `s` is at
+/// `(p·steps + s)·2·TILE_VALUES` (one chunk: each panel's steps contiguous).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Panels<'a> {
+    pub(crate) data: &'a [u16],
+    /// k-steps per panel.
+    pub(crate) steps: usize,
+}
+
+/// Values a B panel layout of `outputs` × `inputs` holds (both padded).
+pub(crate) fn panels_len(outputs: usize, inputs: usize) -> usize {
+    outputs.div_ceil(PANEL) * inputs.div_ceil(KSTEP) * 2 * TILE_VALUES
+}
+
+/// `c[0..m][0..32·panels]` (`ldc` apart) = (c if `accumulate`) + the
+/// strip's `m` rows × k-steps `0..steps` of `a` · panels `first..first +
+/// panels` of `b` at their k-steps `from..from + steps`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn strip_times_panels(
+    kernel: Kernel,
+    a: &[u16],
+    m: usize,
+    steps: usize,
+    b: Panels<'_>,
+    first: usize,
+    panels: usize,
+    from: usize,
+    c: &mut [f32],
+    ldc: usize,
+    accumulate: bool,
+) {
+    assert!((1..=STRIP).contains(&m) && steps > 0 && panels > 0);
+    assert!(a.len() >= steps * STRIP * KSTEP, "strip out of bounds");
+    assert!(from + steps <= b.steps, "k-steps out of bounds");
+    let at = (first * b.steps + from) * 2 * TILE_VALUES;
+    assert!(
+        at + ((panels - 1) * b.steps + steps) * 2 * TILE_VALUES <= b.data.len(),
+        "panels out of bounds"
+    );
+    assert!(c.len() >= (m - 1) * ldc + panels * PANEL, "c out of bounds");
+    let call = Strip {
+        config: &CONFIGS[m],
+        a: a.as_ptr(),
+        b: b.data[at..].as_ptr(),
+        panel_bytes: b.steps * 2 * TILE_VALUES * 2,
+        panels,
+        steps,
+        c: c.as_mut_ptr(),
+        ldc: ldc * 4,
+        accumulate: usize::from(accumulate),
+        bias: std::ptr::null(),
+    };
+    // SAFETY: every operand's extent is asserted above; the caller checked
+    // that the kernel runs here.
+    unsafe { kernel.run(&call) };
+}
+
+/// Packs `rows` rows of `cols` values (row `i` at `src[i·stride..]`, `cols`
+/// a multiple of 32, at most 256) as B panels whose outputs are the rows
+/// (attention's keys: `Q·Kᵀ`), k-steps over the columns, into `dst`
+/// ([`panels_len`]`(rows, cols)` values; the padding is zeroed here).
+pub(crate) fn pack_rows(dst: &mut [u16], src: &[f32], stride: usize, rows: usize, cols: usize) {
+    let steps = cols / KSTEP;
+    assert!(cols.is_multiple_of(KSTEP) && cols <= 256);
+    assert!(dst.len() >= panels_len(rows, cols));
+    assert!(rows == 0 || src.len() >= (rows - 1) * stride + cols);
+    // The last panel's keys past the end read as zero.
+    if !rows.is_multiple_of(PANEL) {
+        let last = rows / PANEL * steps * 2 * TILE_VALUES;
+        dst[last..last + steps * 2 * TILE_VALUES].fill(0);
+    }
+    let mut row16 = [0u16; 256];
+    for i in 0..rows {
+        let (panel, half, n) = (i / PANEL, (i % PANEL) / TILE_COLUMNS, i % TILE_COLUMNS);
+        round_row(&mut row16[..cols], &src[i * stride..i * stride + cols]);
+        for step in 0..steps {
+            let tile = ((panel * steps + step) * 2 + half) * TILE_VALUES + 2 * n;
+            let pairs = &row16[step * KSTEP..(step + 1) * KSTEP];
+            // Pair r of the row goes to pair-row r, column n.
+            for (r, pair) in pairs.chunks_exact(2).enumerate() {
+                let at = tile + r * 2 * TILE_COLUMNS;
+                dst[at..at + 2].copy_from_slice(pair);
+            }
+        }
+    }
+}
+
+/// Packs `rows` rows of `cols` values (row `i` at `src[i·stride..]`, `cols`
+/// a multiple of 32, at most 256) as B panels whose outputs are the columns
+/// (attention's values: `P·V`), k-steps over the rows, into `dst`
+/// ([`panels_len`]`(cols, rows)` values; the padding is zeroed here).
+pub(crate) fn pack_columns(dst: &mut [u16], src: &[f32], stride: usize, rows: usize, cols: usize) {
+    let steps = rows.div_ceil(KSTEP);
+    assert!(cols.is_multiple_of(KSTEP) && cols <= 256);
+    assert!(dst.len() >= panels_len(cols, rows));
+    assert!(rows == 0 || src.len() >= (rows - 1) * stride + cols);
+    let (mut even, mut odd) = ([0u16; 256], [0u16; 256]);
+    for pair in 0..steps * KSTEP / 2 {
+        let (i, step, r) = (2 * pair, 2 * pair / KSTEP, pair % (KSTEP / 2));
+        // Rows past the end read as zero.
+        for (buf, row) in [(&mut even, i), (&mut odd, i + 1)] {
+            if row < rows {
+                round_row(&mut buf[..cols], &src[row * stride..row * stride + cols]);
+            } else {
+                buf[..cols].fill(0);
+            }
+        }
+        for col in 0..cols {
+            let (panel, half, n) = (
+                col / PANEL,
+                (col % PANEL) / TILE_COLUMNS,
+                col % TILE_COLUMNS,
+            );
+            let at =
+                ((panel * steps + step) * 2 + half) * TILE_VALUES + r * 2 * TILE_COLUMNS + 2 * n;
+            dst[at] = even[col];
+            dst[at + 1] = odd[col];
+        }
+    }
+}
+
+/// Rounds a row to bf16 (nearest even), as [`round_into_strip`] does.
+fn round_row(dst: &mut [u16], row: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::bf16::supported() {
+        // SAFETY: the CPU has AVX-512 BF16; `dst` is at least as long.
+        unsafe { crate::tile::round_row(dst, row) };
+        return;
+    }
+    for (d, &x) in dst.iter_mut().zip(row) {
+        *d = to_bf16(x);
+    }
+}
+
 /// Rounds row `r` of a strip to bf16 (nearest even) into its place in the
 /// strip's tiles (32 values per k-step; the values past the row's end stay
 /// zero): `vcvtneps2bf16` where the CPU has AVX-512 BF16, else one value at
 /// a time (the same values but for denormals, which the instruction
 /// flushes).
-fn round_into_strip(strip: &mut [u16], row: &[f32], r: usize) {
+pub(crate) fn round_into_strip(strip: &mut [u16], row: &[f32], r: usize) {
     assert!(r < STRIP && strip.len() >= row.len().div_ceil(KSTEP) * STRIP * KSTEP);
     #[cfg(target_arch = "x86_64")]
     if crate::bf16::supported() {
@@ -611,6 +746,16 @@ unsafe fn strip2(s: &Strip) {
             "tilezero tmm3",
             // ... the k-steps: two A and two B tiles, four products, ...
             "5:",
+            // Ask for the next panel's rows of C while this one computes
+            // (its stores would otherwise wait on their lines).
+            "lea {t}, [{c} + 128]",
+            "mov {k}, 32",
+            "8:",
+            "prefetchw [{t}]",
+            "prefetchw [{t} + 64]",
+            "add {t}, {ldc}",
+            "dec {k}",
+            "jnz 8b",
             "mov {ap}, qword ptr [{s} + 8]",
             "mov {bp}, {b}",
             "mov {k}, qword ptr [{s} + 40]",
@@ -654,6 +799,7 @@ unsafe fn strip2(s: &Strip) {
             k = out(reg) _,
             bias = out(reg) _,
             zero = out(reg) _,
+            t = out(reg) _,
             out("tmm0") _,
             out("tmm1") _,
             out("tmm2") _,
@@ -701,6 +847,16 @@ unsafe fn strip1(s: &Strip) {
             "tilezero tmm0",
             "tilezero tmm1",
             "5:",
+            // Ask for the next panel's rows of C while this one computes
+            // (its stores would otherwise wait on their lines).
+            "lea {t}, [{c} + 128]",
+            "mov {k}, 16",
+            "8:",
+            "prefetchw [{t}]",
+            "prefetchw [{t} + 64]",
+            "add {t}, {ldc}",
+            "dec {k}",
+            "jnz 8b",
             "mov {ap}, qword ptr [{s} + 8]",
             "mov {bp}, {b}",
             "mov {k}, qword ptr [{s} + 40]",
@@ -737,6 +893,7 @@ unsafe fn strip1(s: &Strip) {
             k = out(reg) _,
             bias = out(reg) _,
             zero = out(reg) _,
+            t = out(reg) _,
             out("tmm0") _,
             out("tmm1") _,
             out("tmm4") _,
