@@ -6,17 +6,24 @@ Embedders (one table per model): the same 512 skills of the shared SkillRet samp
 max length, 2 threads, model loading not timed, one after the other:
 
   PyTorch f32              sentence-transformers
+  PyTorch bf16             sentence-transformers with the model in bfloat16 (oneDNN: AMX tiles where the
+                           CPU has them)
+  OpenVINO bf16            the same model converted with openvino.convert_model, compiled with
+                           INFERENCE_PRECISION_HINT=bf16 (its default on AMX CPUs), batches of 32 sorted by
+                           length, mean pooling here (only where `openvino` is installed and the CPU has
+                           AVX-512 BF16 or AMX)
   ONNX Runtime f32         the model exported with torch.onnx (BertModel, mean pooling here)
   ONNX Runtime int8        that export through onnxruntime's quantize_dynamic
                            (per-channel int8 weights, dynamic uint8 activations)
-  ours f32 / bf16 / int8   `pipeline embed --precision ...`
+  ours f32 / bf16 / int8   `pipeline embed --precision ...` (on an AMX CPU also capped at avx512, rows
+                           `ours@avx512 ...`: the engine without its tile kernels, in the same run)
 
 Each row gives tokens/s, the ratio to PyTorch and to ONNX Runtime int8, and the worst
 cosine to PyTorch f32 over the 512 skills and every query of the sample (queries are
 embedded untimed, with the model's query prefix).
 
 Cross-encoder: the 480 (query, skill) pairs of all-MiniLM-L6-v2's top 20 on the sample
-(reference/minilm.run.trec), PyTorch (sentence-transformers CrossEncoder), ONNX Runtime
+(reference/minilm.run.trec), PyTorch f32 and bf16 (sentence-transformers CrossEncoder), ONNX Runtime
 f32 and int8, ours f32 / bf16 / int8 (`pipeline rerank`): pairs/s, worst |score
 difference| to PyTorch f32 and the number of queries whose top-20 order changes.
 
@@ -25,7 +32,8 @@ bf16 dot, int8 dot) and the share of it our dense layers reach on the models' sh
 (`examples/bench_linear`).
 
     scripts/fetch-models.sh && cargo build --release -p pipeline && cargo build --release -p engine --example bench_linear
-    pip install torch==2.15.0 sentence-transformers==6.2.0 onnxruntime==1.32.0 onnx==1.23.2 onnxscript==0.7.2
+    pip install torch==2.15.0 sentence-transformers==6.2.0 onnxruntime==1.32.0 onnx==1.23.2 onnxscript==0.7.2 \
+        openvino==2026.4.1
     python3 scripts/bench_precision.py [--only minilm,e5,cross,peak] [--repeat 1]
 
 ONNX exports are cached under target/bench-onnx/.
@@ -187,6 +195,22 @@ def embedder_table(name, model, max_length, query_prefix, doc_prefix, args, torc
     ref_queries = enc([query_prefix + q for q in queries])
     rows.append(("PyTorch f32", seconds, 1.0))
 
+    # PyTorch bf16: the same model in bfloat16 (oneDNN; AMX tiles where the CPU has them).
+    st16 = SentenceTransformer(str(model_dir), device="cpu", model_kwargs={"torch_dtype": torch.bfloat16})
+    st16.max_seq_length = max_length
+    enc16 = lambda texts: np.asarray(st16.encode(texts, batch_size=32, convert_to_numpy=False,
+                                                 convert_to_tensor=True, show_progress_bar=False).float())
+    seconds, vecs = timed(args.repeat, lambda: enc16([doc_prefix + d for d in docs]))
+    worst = min(cosines(vecs, ref_docs).min(), cosines(enc16([query_prefix + q for q in queries]), ref_queries).min())
+    rows.append(("PyTorch bf16", seconds, worst))
+    del st16
+
+    ov = openvino_embedder(model_dir, max_length, args)
+    if ov is not None:
+        seconds, vecs = timed(args.repeat, lambda: ov([doc_prefix + d for d in docs]))
+        worst = min(cosines(vecs, ref_docs).min(), cosines(ov([query_prefix + q for q in queries]), ref_queries).min())
+        rows.append(("OpenVINO bf16", seconds, worst))
+
     f32_path, int8_path = export_onnx(model_dir, "embed", torch)
     for label, path in [("ONNX Runtime f32", f32_path), ("ONNX Runtime int8", int8_path)]:
         session = ort_session(path, args.threads)
@@ -204,24 +228,26 @@ def embedder_table(name, model, max_length, query_prefix, doc_prefix, args, torc
                       "--query-prompt", query_prefix, "--document-prompt", doc_prefix]
             best = float("inf")
             for _ in range(args.repeat):
-                err = run([binary, "embed", "--input", tmp / "docs.jsonl", "--output", tmp / "d.jsonl"] + common)
+                err = run(capped(tag, [binary, "embed", "--input", tmp / "docs.jsonl", "--output", tmp / "d.jsonl"] + common))
                 m = re.search(r"embedded \d+ texts \((\d+) tokens\) in ([0-9.]+) s", err)
                 best = min(best, float(m.group(2)))
             device = re.search(r" on (cpu[^\n]*)", err)
-            run([binary, "embed", "--kind", "query", "--input", tmp / "queries.jsonl", "--output", tmp / "q.jsonl"] + common)
+            run(capped(tag, [binary, "embed", "--kind", "query", "--input", tmp / "queries.jsonl", "--output", tmp / "q.jsonl"] + common))
             vecs = np.array([json.loads(l) for l in open(tmp / "d.jsonl")])
             qvecs = np.array([json.loads(l) for l in open(tmp / "q.jsonl")])
             worst = min(cosines(vecs, ref_docs).min(), cosines(qvecs, ref_queries).min())
             label = f"{tag} {precision}" + (f" [{device.group(1)}]" if device else "")
             rows.append((label, best, worst))
 
-    ort_int8 = rows[2][1]
+    ort_int8 = next(r[1] for r in rows if r[0] == "ONNX Runtime int8")
+    torch_bf16 = next(r[1] for r in rows if r[0] == "PyTorch bf16")
     ratio = (lambda x: f"{x:9.2f}") if args.ort_capped else (lambda x: f"{'n/a':>9}")
-    print(f"{'engine':<96} {'tokens/s':>9} {'×PyTorch':>9} {'×ORT int8':>9} {'worst cos':>10}")
+    print(f"{'engine':<96} {'tokens/s':>9} {'×PyTorch':>9} {'×PT bf16':>9} {'×ORT int8':>9} {'worst cos':>10}")
     for label, seconds, worst in rows:
         if label.startswith("ONNX") and not args.ort_capped:
             label += " (uncapped)"
-        print(f"{label:<96} {tokens / seconds:9.0f} {rows[0][1] / seconds:9.2f} {ratio(ort_int8 / seconds)} {worst:10.6f}")
+        print(f"{label:<96} {tokens / seconds:9.0f} {rows[0][1] / seconds:9.2f} {torch_bf16 / seconds:9.2f} "
+              f"{ratio(ort_int8 / seconds)} {worst:10.6f}")
     ours = {r[0].split(" [")[0]: r[1] for r in rows}
     line = f"ours bf16 / ours f32: {ours['ours f32'] / ours['ours bf16']:.2f}x"
     if args.ort_capped:
@@ -231,9 +257,59 @@ def embedder_table(name, model, max_length, query_prefix, doc_prefix, args, torc
 
 
 def builds(args):
-    """(tag, binary, precision) for each build of ours and each precision, ours first."""
+    """(tag, binary, precision) for each build of ours and each precision, ours first; on an AMX CPU (at the
+    native level) ours again capped at avx512 (tag ours@avx512: the engine without its tile kernels)."""
     bins = [("ours", BIN)] + ([("before", Path(args.before))] if args.before else [])
+    if args.isa == "native" and "amx_tile" in Path("/proc/cpuinfo").read_text().split():
+        bins.append(("ours@avx512", BIN))
     return [(tag, b, p) for tag, b in bins for p in PRECISIONS]
+
+
+def capped(tag, cmd):
+    """`cmd` run with SKILLRET_MAX_ISA=avx512 for the ours@avx512 rows."""
+    return (["env", "SKILLRET_MAX_ISA=avx512"] if tag == "ours@avx512" else []) + cmd
+
+
+def openvino_embedder(model_dir, max_length, args):
+    """OpenVINO bf16 on the model's transformer (mean pooling here, batches of 32 sorted by length), or None
+    where openvino is not installed or the CPU has no bf16 unit."""
+    try:
+        import openvino as ov
+    except ImportError:
+        print("(OpenVINO row skipped: pip install openvino)")
+        return None
+    cpu = Path("/proc/cpuinfo").read_text().split()
+    if "amx_bf16" not in cpu and "avx512_bf16" not in cpu:
+        print("(OpenVINO row skipped: this CPU has no bf16 unit)")
+        return None
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    hf = AutoModel.from_pretrained(str(model_dir)).eval()
+    example = tok(["an example"], return_tensors="pt")
+    with torch.no_grad():
+        converted = ov.convert_model(hf, example_input=dict(example))
+    core = ov.Core()
+    compiled = core.compile_model(converted, "CPU", {"INFERENCE_PRECISION_HINT": "bf16",
+                                                     "INFERENCE_NUM_THREADS": args.threads})
+    names = [i.get_any_name() for i in compiled.inputs]
+
+    def embed(texts):
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        out = [None] * len(texts)
+        for b in range(0, len(order), 32):
+            idx = order[b:b + 32]
+            enc = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=max_length,
+                      return_tensors="np")
+            hidden = compiled({n: enc[n] for n in names if n in enc})[0]
+            mask = enc["attention_mask"][..., None].astype(np.float32)
+            pooled = (hidden * mask).sum(1) / mask.sum(1)
+            for j, i in enumerate(idx):
+                out[i] = pooled[j]
+        return np.stack(out)
+
+    return embed
 
 
 def cross_table(model, max_length, args, torch):
@@ -255,6 +331,11 @@ def cross_table(model, max_length, args, torch):
                                             show_progress_bar=False))
     ref = np.asarray(ref, dtype=np.float64).reshape(-1)
     rows.append(("PyTorch f32", seconds, ref))
+    ce16 = CrossEncoder(str(model_dir), max_length=max_length, device="cpu", model_kwargs={"torch_dtype": torch.bfloat16})
+    seconds, out = timed(args.repeat, lambda: ce16.predict(pairs, batch_size=32, activation_fn=torch.nn.Identity(),
+                                                  show_progress_bar=False, convert_to_numpy=False, convert_to_tensor=True))
+    rows.append(("PyTorch bf16", seconds, np.asarray(out.float(), dtype=np.float64).reshape(-1)))
+    del ce16
     f32_path, int8_path = export_onnx(model_dir, "cross", torch)
     for label, path in [("ONNX Runtime f32", f32_path), ("ONNX Runtime int8", int8_path)]:
         session = ort_session(path, args.threads)
@@ -267,9 +348,9 @@ def cross_table(model, max_length, args, torch):
         for tag, binary, precision in builds(args):
             best = float("inf")
             for _ in range(args.repeat):
-                err = run([binary, "rerank", "--model", model_dir, "--data", sample, "--run", tmp / "first.trec",
-                           "--top-n", 20, "--output", tmp / "out.trec", "--max-length", max_length,
-                           "--precision", precision])
+                err = run(capped(tag, [binary, "rerank", "--model", model_dir, "--data", sample, "--run",
+                                       tmp / "first.trec", "--top-n", 20, "--output", tmp / "out.trec",
+                                       "--max-length", max_length, "--precision", precision]))
                 best = min(best, float(re.search(r"reranked \d+ pairs in ([0-9.]+) s", err).group(1)))
             got = {}
             for line in open(tmp / "out.trec"):
@@ -285,10 +366,13 @@ def cross_table(model, max_length, args, torch):
             changed += rank(scores) != rank(ref)
         return changed
 
-    print(f"{'engine':<20} {'pairs/s':>8} {'×PyTorch':>9} {'×ORT int8':>9} {'worst |Δ score|':>16} {'top-20 orders changed':>22}")
+    ort_int8 = next(r[1] for r in rows if r[0] == "ONNX Runtime int8")
+    torch_bf16 = next(r[1] for r in rows if r[0] == "PyTorch bf16")
+    print(f"{'engine':<20} {'pairs/s':>8} {'×PyTorch':>9} {'×PT bf16':>9} {'×ORT int8':>9} {'worst |Δ score|':>16} "
+          f"{'top-20 orders changed':>22}")
     for label, seconds, scores in rows:
-        to_ort = f"{rows[2][1] / seconds:9.2f}" if args.ort_capped else f"{'n/a':>9}"
-        print(f"{label:<20} {len(pairs) / seconds:8.1f} {rows[0][1] / seconds:9.2f} {to_ort} "
+        to_ort = f"{ort_int8 / seconds:9.2f}" if args.ort_capped else f"{'n/a':>9}"
+        print(f"{label:<20} {len(pairs) / seconds:8.1f} {rows[0][1] / seconds:9.2f} {torch_bf16 / seconds:9.2f} {to_ort} "
               f"{np.abs(scores - ref).max():16.2e} {order_changes(scores):>14} of {len(queries)}")
 
 
@@ -315,7 +399,19 @@ def peaks_line():
     return "  ".join(f"{k} {v:.0f} G{'OP' if 'vnni' in k or 'int8' in k else 'FLOP'}/s" for k, v in peaks.items())
 
 
-def peak_table():
+def torch_products(torch):
+    """PyTorch's own 2048² product in f32 and bf16 on this CPU (best of 5), GFLOP/s: the anchor beside the
+    peaks (oneDNN runs bf16 on AMX tiles where the CPU has them)."""
+    rates = {}
+    for dtype in [torch.float32, torch.bfloat16]:
+        a, b = torch.randn(2048, 2048, dtype=dtype), torch.randn(2048, 2048, dtype=dtype)
+        a @ b
+        best = min(timed(1, lambda: a @ b)[0] for _ in range(5))
+        rates[str(dtype).split(".")[1]] = 2 * 2048**3 / best / 1e9
+    return rates
+
+
+def peak_table(torch):
     proc = subprocess.run([str(BENCH_LINEAR), "--tsv"], capture_output=True, text=True, check=True)
     peaks, layers, level = {}, [], "?"
     for line in proc.stdout.splitlines():
@@ -329,6 +425,8 @@ def peak_table():
     print(f"\n## this CPU's peaks (registers only, all threads) and our dense layers' share of the peak of the "
           f"instruction each runs on, kernels at the {level} level (4096 rows)")
     print("  ".join(f"{k} {v:.0f} G{'OP' if 'vnni' in k or 'int8' in k else 'FLOP'}/s" for k, v in peaks.items()))
+    anchors = torch_products(torch)
+    print(f"PyTorch's own 2048² product: f32 {anchors['float32']:.0f} GFLOP/s, bf16 {anchors['bfloat16']:.0f} GFLOP/s")
     shapes = list(dict.fromkeys((l[0], l[1], l[2]) for l in layers))
     print(f"{'layer':<24}" + "".join(f"{p:>18}" for p in PRECISIONS))
     for name, i, o in shapes:
@@ -388,7 +486,7 @@ def main():
                                        else "test-bert-cross-encoder")
         cross_table(model, 256, args, torch)
     if "peak" in only:
-        peak_table()
+        peak_table(torch)
 
 
 if __name__ == "__main__":

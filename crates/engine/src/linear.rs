@@ -111,7 +111,11 @@ impl Plan {
             (Precision::Bf16, Arithmetic::F32) => missing("bf16", "AVX-512 BF16"),
             (Precision::Int8, Arithmetic::F32) => missing("int8", "AVX2"),
             (_, Arithmetic::Int8) => {
-                let kernel = crate::int8::Kernel::active().map_or("?", |k| k.name());
+                let kernel = if amx.is_some() {
+                    "amx"
+                } else {
+                    crate::int8::Kernel::active().map_or("?", |k| k.name())
+                };
                 let kept: Vec<String> = INT8_KEPT
                     .iter()
                     .map(|role| match plan.of(*role) {
@@ -196,6 +200,7 @@ impl std::fmt::Debug for Linear {
             Packed::None => "f32 as stored",
             Packed::Bf16(_) => "bf16 panels",
             Packed::AmxBf16(_) => "bf16 tiles",
+            Packed::AmxInt8(_) => "int8 tiles",
             Packed::Int8(_) => "int8 panels",
             Packed::F32(_) => "f32 panels",
         };
@@ -216,6 +221,8 @@ enum Packed {
     Bf16(crate::bf16::PackedWeight),
     /// bfloat16 in the AMX tile layout.
     AmxBf16(crate::amx::bf16::PackedWeight),
+    /// int8 (per-channel scales) in the AMX tile layout.
+    AmxInt8(crate::amx::int8::PackedWeight),
     /// Panels of int8 groups (per-channel scales) for an int8 kernel.
     Int8(crate::int8::PackedWeight),
     /// Panels of f32 for the kernels below AVX-512 ([`crate::f32pack`]).
@@ -306,6 +313,9 @@ impl Linear {
             Packed::AmxBf16(packed) => {
                 crate::amx::bf16::matmul(out, x, tokens, packed, bias, residual, post);
             }
+            Packed::AmxInt8(packed) => {
+                crate::amx::int8::matmul(out, x, tokens, packed, bias, residual, post);
+            }
             Packed::Int8(packed) => {
                 crate::int8::matmul(out, x, tokens, packed, bias, residual, post);
             }
@@ -370,7 +380,7 @@ impl Linear {
     /// runs through this product: [`TILE_BLOCK_ROWS`] on AMX tiles, else 0.
     pub fn block_rows(&self) -> usize {
         match self.packed {
-            Packed::AmxBf16(_) => TILE_BLOCK_ROWS,
+            Packed::AmxBf16(_) | Packed::AmxInt8(_) => TILE_BLOCK_ROWS,
             _ => 0,
         }
     }
@@ -395,6 +405,9 @@ impl Linear {
                 inputs,
                 outputs,
             )),
+            Arithmetic::Int8 if crate::amx::supported() => Packed::AmxInt8(
+                crate::amx::int8::PackedWeight::pack(&self.weight, inputs, outputs),
+            ),
             Arithmetic::Int8 => Packed::Int8(crate::int8::PackedWeight::pack(
                 &self.weight,
                 inputs,
@@ -479,7 +492,7 @@ mod tests {
         let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, Some(amx));
         assert_eq!(plan.of(Role::AttentionIn), Arithmetic::Bf16);
         assert!(
-            note.ends_with("(query/key/value in bf16 on amx, feed-forward output in bf16 on amx)"),
+            note == "int8 on amx (query/key/value in bf16 on amx, feed-forward output in bf16 on amx)",
             "{note}"
         );
         assert_eq!(

@@ -419,6 +419,7 @@ impl Instruction {
         match precision.on_this_cpu() {
             Precision::Bf16 if crate::amx::supported() => Some(Self::AmxBf16),
             Precision::Bf16 => Some(Self::Avx512Bf16),
+            Precision::Int8 if crate::amx::supported() => Some(Self::AmxInt8),
             Precision::Int8 => crate::int8::Kernel::active().map(|k| match k {
                 crate::int8::Kernel::Avx512Vnni => Self::Avx512Vnni,
                 crate::int8::Kernel::AvxVnni => Self::AvxVnni,

@@ -402,10 +402,11 @@ pub struct EmbedArgs {
     pub backend: BackendArg,
 
     /// Arithmetic of the native engine's linear layers: f32, bf16 (AVX-512
-    /// BF16 CPUs) or int8 (AVX2 CPUs: AVX-512 VNNI, AVX-VNNI or AVX2
-    /// kernels, the same sums); both hold cosine ≥ 0.999 to f32. Elsewhere
+    /// BF16 CPUs; AMX tiles, attention included, on Xeons that have them)
+    /// or int8 (AMX tiles, or AVX2 CPUs: AVX-512 VNNI, AVX-VNNI or AVX2
+    /// kernels); both hold cosine ≥ 0.999 to f32. Elsewhere
     /// f32 runs, with a note. The native kernels use the best instruction
-    /// set the CPU has; SKILLRET_MAX_ISA = avx512 | avxvnni | avx2 | scalar
+    /// set the CPU has; SKILLRET_MAX_ISA = amx | avx512 | avxvnni | avx2 | scalar
     /// caps it (the summary line names the level and the int8 kernel that
     /// ran). `cargo run
     /// --release -p engine --example bench_linear` shows each path's speed
@@ -538,14 +539,17 @@ pub struct RerankArgs {
 /// How the instruction set of the native kernels is chosen (every
 /// subcommand's help ends with it).
 const ISA_HELP: &str = "\
-The native CPU kernels use the best instruction set this CPU has (avx512: AVX-512 F/BW/DQ/VL \
-with FMA, bf16 also needs AVX-512 BF16, int8 runs vpdpbusd on 512 bits with AVX-512 VNNI; \
-avxvnni: AVX2 with FMA and AVX-VNNI, int8 on vpdpbusd on 256 bits; avx2: AVX2 with FMA, int8 on \
-vpmaddubsw/vpmaddwd; scalar: portable code, int8 and bf16 fall back to f32). The environment \
-variable SKILLRET_MAX_ISA = avx512 | avxvnni | avx2 | scalar caps it, to run and test a slower \
-path on a faster CPU; an unknown value, or a level this CPU does not have, is refused naming \
-the ones it has. Each model's summary line names the level (and the int8 kernel) that ran, \
-e.g. `cpu (native, int8 on avx2 vpmaddubsw (...), avx2, 2 threads)`.";
+The native CPU kernels use the best instruction set this CPU has (amx: avx512 with Intel AMX \
+tiles, Xeons since Sapphire Rapids, bf16 and int8 products and their attention on tiles, where \
+Linux grants the process tile data, else avx512 runs and the summary line says why; avx512: \
+AVX-512 F/BW/DQ/VL with FMA, bf16 also needs AVX-512 BF16, int8 runs vpdpbusd on 512 bits with \
+AVX-512 VNNI; avxvnni: AVX2 with FMA and AVX-VNNI, int8 on vpdpbusd on 256 bits; avx2: AVX2 with \
+FMA, int8 on vpmaddubsw/vpmaddwd; scalar: portable code, int8 and bf16 fall back to f32). The \
+environment variable SKILLRET_MAX_ISA = amx | avx512 | avxvnni | avx2 | scalar caps it, to run \
+and test a slower path on a faster CPU; an unknown value, or a level this CPU does not have, is \
+refused naming the ones it has. Each model's summary line names the level (and the int8 kernel) \
+that ran, e.g. `cpu (native, bf16 on amx, amx, 2 threads)` or `cpu (native, int8 on avx2 \
+vpmaddubsw (...), avx2, 2 threads)`.";
 
 /// Precisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

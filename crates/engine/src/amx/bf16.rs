@@ -62,7 +62,7 @@ impl Blocking {
 
 /// k-steps per chunk of the shared dimension: a strip's chunk of A is 16
 /// KiB (L1).
-const CHUNK_STEPS: usize = 16;
+pub(crate) const CHUNK_STEPS: usize = 16;
 
 /// A weight matrix `W` (`outputs × inputs`, row-major as stored) packed in
 /// the tile layout: chunk after chunk of the shared dimension, in each the
@@ -563,35 +563,35 @@ fn add_residual(c: &mut [f32], residual: &[f32]) {
 /// bytes each, in this order).
 #[repr(C)]
 #[derive(Debug)]
-struct Strip {
+pub(crate) struct Strip {
     /// The tile shapes for the strip's rows ([`CONFIGS`]).
-    config: *const Config,
+    pub(crate) config: *const Config,
     /// The strip's activations at the chunk's first k-step: per step two A
     /// tiles of 1 KiB (rows 0–15, 16–31; 64 bytes a row).
-    a: *const u16,
+    pub(crate) a: *const u16,
     /// The first panel's tiles at the chunk's first k-step: per step two B
     /// tiles of 1 KiB.
-    b: *const u16,
+    pub(crate) b: *const u16,
     /// Bytes between panels.
-    panel_bytes: usize,
-    panels: usize,
-    steps: usize,
+    pub(crate) panel_bytes: usize,
+    pub(crate) panels: usize,
+    pub(crate) steps: usize,
     /// The strip's first row of C at the first panel's first column.
-    c: *mut f32,
+    pub(crate) c: *mut f32,
     /// Bytes between rows of C.
-    ldc: usize,
+    pub(crate) ldc: usize,
     /// Non-zero: the sums start from C (a later chunk), else from the bias
     /// (or zero).
-    accumulate: usize,
+    pub(crate) accumulate: usize,
     /// The first panel's 32 biases (null: none), read into every row of the
     /// accumulators as they start (a tile load with a stride of zero).
-    bias: *const f32,
+    pub(crate) bias: *const f32,
 }
 
 /// The tile configuration of a strip of `m` rows (index `m`, 1 to 32):
 /// tiles 0–1 accumulate the first 16 rows (two panels' halves), 2–3 the
 /// rest; 4 and 5 hold their A rows, 6 and 7 the two B tiles.
-static CONFIGS: [Config; STRIP + 1] = {
+pub(crate) static CONFIGS: [Config; STRIP + 1] = {
     let mut configs = [Config([0; 64]); STRIP + 1];
     let mut m = 1;
     while m <= STRIP {
@@ -609,27 +609,46 @@ static CONFIGS: [Config; STRIP + 1] = {
     configs
 };
 
+/// The tile product a strip call runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    /// `tdpbf16ps`: bf16 pairs, f32 sums.
+    Bf16,
+    /// `tdpbssd`: signed bytes in groups of four, i32 sums.
+    Int8,
+}
+
 impl Kernel {
-    /// Runs one strip call.
+    /// Runs one strip call of bf16 products.
+    ///
+    /// # Safety
+    /// As [`Kernel::run_op`].
+    unsafe fn run(self, s: &Strip) {
+        // SAFETY: the caller's contract.
+        unsafe { self.run_op(s, Op::Bf16) }
+    }
+
+    /// Runs one strip call of `op`'s products.
     ///
     /// # Safety
     /// `s` describes memory that holds what it says (rows of A and C, the
     /// panels' k-steps), `panels` and `steps` are at least 1, and for
     /// [`Kernel::Tiles`] the CPU runs AMX ([`super::supported`]).
-    unsafe fn run(self, s: &Strip) {
+    pub(crate) unsafe fn run_op(self, s: &Strip, op: Op) {
         debug_assert!(s.panels >= 1 && s.steps >= 1);
         // SAFETY: the caller's contract.
         let two = unsafe { (*s.config).rows(2) } > 0;
         match self {
             // SAFETY: the caller's contract.
-            Self::Model => unsafe { strip_model(s, two) },
+            Self::Model => unsafe { strip_model(s, two, op) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the caller's contract.
             Self::Tiles => unsafe {
-                if two {
-                    strip2(s);
-                } else {
-                    strip1(s);
+                match (op, two) {
+                    (Op::Bf16, true) => strip2(s),
+                    (Op::Bf16, false) => strip1(s),
+                    (Op::Int8, true) => strip2_int8(s),
+                    (Op::Int8, false) => strip1_int8(s),
                 }
             },
             #[cfg(not(target_arch = "x86_64"))]
@@ -642,7 +661,7 @@ impl Kernel {
 ///
 /// # Safety
 /// As [`Kernel::run`].
-unsafe fn strip_model(s: &Strip, two: bool) {
+unsafe fn strip_model(s: &Strip, two: bool, op: Op) {
     // SAFETY: the caller's contract.
     let mut unit = Unit::load_config(unsafe { &*s.config });
     let (mut b, mut c, mut bias) = (s.b.cast::<u8>(), s.c.cast::<u8>(), s.bias.cast::<u8>());
@@ -671,16 +690,20 @@ unsafe fn strip_model(s: &Strip, two: bool) {
             }
             let mut a = s.a.cast::<u8>();
             let mut bp = b;
+            let product = |unit: &mut Unit, c, a, b| match op {
+                Op::Bf16 => unit.dpbf16ps(c, a, b),
+                Op::Int8 => unit.dp_int8(c, a, b, true),
+            };
             for _ in 0..s.steps {
                 unit.load(4, a, 64);
                 unit.load(6, bp, 64);
                 unit.load(7, bp.add(1024), 64);
-                unit.dpbf16ps(0, 4, 6);
-                unit.dpbf16ps(1, 4, 7);
+                product(&mut unit, 0, 4, 6);
+                product(&mut unit, 1, 4, 7);
                 if two {
                     unit.load(5, a.add(1024), 64);
-                    unit.dpbf16ps(2, 5, 6);
-                    unit.dpbf16ps(3, 5, 7);
+                    product(&mut unit, 2, 5, 6);
+                    product(&mut unit, 3, 5, 7);
                 }
                 a = a.add(2048);
                 bp = bp.add(2048);
@@ -700,209 +723,220 @@ unsafe fn strip_model(s: &Strip, two: bool) {
     }
 }
 
-/// The strip kernel for 17 to 32 rows: a 2 × 2 block of accumulators.
-///
-/// # Safety
-/// As [`Kernel::run`], on a CPU that runs AMX.
-#[cfg(target_arch = "x86_64")]
-unsafe fn strip2(s: &Strip) {
-    // SAFETY: the caller's contract; the block loads its own configuration
-    // and releases the tiles before it ends.
-    unsafe {
-        std::arch::asm!(
-            "mov {x}, qword ptr [{s}]",
-            "ldtilecfg [{x}]",
-            "mov {b}, qword ptr [{s} + 16]",
-            "mov {n}, qword ptr [{s} + 32]",
-            "mov {c}, qword ptr [{s} + 48]",
-            "mov {ldc}, qword ptr [{s} + 56]",
-            "mov {bias}, qword ptr [{s} + 72]",
-            "xor {zero:e}, {zero:e}",
-            "mov {x}, 64",
-            // Each panel: the accumulators from C or zero, ...
-            "2:",
-            "lea {c2}, [{c} + {ldc}*8]",
-            "lea {c2}, [{c2} + {ldc}*8]",
-            "cmp qword ptr [{s} + 64], 0",
-            "je 4f",
-            "tileloadd tmm0, [{c} + {ldc}*1]",
-            "tileloadd tmm1, [{c} + {ldc}*1 + 64]",
-            "tileloadd tmm2, [{c2} + {ldc}*1]",
-            "tileloadd tmm3, [{c2} + {ldc}*1 + 64]",
-            "jmp 5f",
-            "4:",
-            "test {bias}, {bias}",
-            "jz 6f",
-            // The bias in every row: a stride of zero.
-            "tileloadd tmm0, [{bias} + {zero}*1]",
-            "tileloadd tmm1, [{bias} + {zero}*1 + 64]",
-            "tileloadd tmm2, [{bias} + {zero}*1]",
-            "tileloadd tmm3, [{bias} + {zero}*1 + 64]",
-            "jmp 5f",
-            "6:",
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            "tilezero tmm3",
-            // ... the k-steps: two A and two B tiles, four products, ...
-            "5:",
-            // Ask for the next panel's rows of C while this one computes
-            // (its stores would otherwise wait on their lines).
-            "lea {t}, [{c} + 128]",
-            "mov {k}, 32",
-            "8:",
-            "prefetchw [{t}]",
-            "prefetchw [{t} + 64]",
-            "add {t}, {ldc}",
-            "dec {k}",
-            "jnz 8b",
-            "mov {ap}, qword ptr [{s} + 8]",
-            "mov {bp}, {b}",
-            "mov {k}, qword ptr [{s} + 40]",
-            "3:",
-            "tileloadd tmm4, [{ap} + {x}*1]",
-            "tileloadd tmm6, [{bp} + {x}*1]",
-            "tileloadd tmm7, [{bp} + {x}*1 + 1024]",
-            "tdpbf16ps tmm0, tmm4, tmm6",
-            "tdpbf16ps tmm1, tmm4, tmm7",
-            "tileloadd tmm5, [{ap} + {x}*1 + 1024]",
-            "tdpbf16ps tmm2, tmm5, tmm6",
-            "tdpbf16ps tmm3, tmm5, tmm7",
-            "add {ap}, 2048",
-            "add {bp}, 2048",
-            "dec {k}",
-            "jnz 3b",
-            // ... and the sums back to C.
-            "tilestored [{c} + {ldc}*1], tmm0",
-            "tilestored [{c} + {ldc}*1 + 64], tmm1",
-            "tilestored [{c2} + {ldc}*1], tmm2",
-            "tilestored [{c2} + {ldc}*1 + 64], tmm3",
-            "add {b}, qword ptr [{s} + 24]",
-            "add {c}, 128",
-            // The next panel's biases (none stays none).
-            "test {bias}, {bias}",
-            "jz 7f",
-            "add {bias}, 128",
-            "7:",
-            "dec {n}",
-            "jnz 2b",
-            "tilerelease",
-            s = in(reg) s as *const Strip,
-            x = out(reg) _,
-            b = out(reg) _,
-            n = out(reg) _,
-            c = out(reg) _,
-            c2 = out(reg) _,
-            ldc = out(reg) _,
-            ap = out(reg) _,
-            bp = out(reg) _,
-            k = out(reg) _,
-            bias = out(reg) _,
-            zero = out(reg) _,
-            t = out(reg) _,
-            out("tmm0") _,
-            out("tmm1") _,
-            out("tmm2") _,
-            out("tmm3") _,
-            out("tmm4") _,
-            out("tmm5") _,
-            out("tmm6") _,
-            out("tmm7") _,
-            options(nostack),
-        );
-    }
+/// The strip kernels of one tile product instruction (`$op`: `tdpbf16ps`
+/// for bf16, `tdpbssd` for int8; their operands' bytes are laid out alike:
+/// 64 bytes of the shared dimension per A row, 16 groups of 4 bytes per B
+/// row).
+macro_rules! strip_kernels {
+    ($two:ident, $one:ident, $op:literal) => {
+        /// The strip kernel for 17 to 32 rows: a 2 × 2 block of accumulators.
+        ///
+        /// # Safety
+        /// As [`Kernel::run`], on a CPU that runs AMX.
+        #[cfg(target_arch = "x86_64")]
+        unsafe fn $two(s: &Strip) {
+            // SAFETY: the caller's contract; the block loads its own configuration
+            // and releases the tiles before it ends.
+            unsafe {
+                std::arch::asm!(
+                    "mov {x}, qword ptr [{s}]",
+                    "ldtilecfg [{x}]",
+                    "mov {b}, qword ptr [{s} + 16]",
+                    "mov {n}, qword ptr [{s} + 32]",
+                    "mov {c}, qword ptr [{s} + 48]",
+                    "mov {ldc}, qword ptr [{s} + 56]",
+                    "mov {bias}, qword ptr [{s} + 72]",
+                    "xor {zero:e}, {zero:e}",
+                    "mov {x}, 64",
+                    // Each panel: the accumulators from C or zero, ...
+                    "2:",
+                    "lea {c2}, [{c} + {ldc}*8]",
+                    "lea {c2}, [{c2} + {ldc}*8]",
+                    "cmp qword ptr [{s} + 64], 0",
+                    "je 4f",
+                    "tileloadd tmm0, [{c} + {ldc}*1]",
+                    "tileloadd tmm1, [{c} + {ldc}*1 + 64]",
+                    "tileloadd tmm2, [{c2} + {ldc}*1]",
+                    "tileloadd tmm3, [{c2} + {ldc}*1 + 64]",
+                    "jmp 5f",
+                    "4:",
+                    "test {bias}, {bias}",
+                    "jz 6f",
+                    // The bias in every row: a stride of zero.
+                    "tileloadd tmm0, [{bias} + {zero}*1]",
+                    "tileloadd tmm1, [{bias} + {zero}*1 + 64]",
+                    "tileloadd tmm2, [{bias} + {zero}*1]",
+                    "tileloadd tmm3, [{bias} + {zero}*1 + 64]",
+                    "jmp 5f",
+                    "6:",
+                    "tilezero tmm0",
+                    "tilezero tmm1",
+                    "tilezero tmm2",
+                    "tilezero tmm3",
+                    // ... the k-steps: two A and two B tiles, four products, ...
+                    "5:",
+                    // Ask for the next panel's rows of C while this one computes
+                    // (its stores would otherwise wait on their lines).
+                    "lea {t}, [{c} + 128]",
+                    "mov {k}, 32",
+                    "8:",
+                    "prefetchw [{t}]",
+                    "prefetchw [{t} + 64]",
+                    "add {t}, {ldc}",
+                    "dec {k}",
+                    "jnz 8b",
+                    "mov {ap}, qword ptr [{s} + 8]",
+                    "mov {bp}, {b}",
+                    "mov {k}, qword ptr [{s} + 40]",
+                    "3:",
+                    "tileloadd tmm4, [{ap} + {x}*1]",
+                    "tileloadd tmm6, [{bp} + {x}*1]",
+                    "tileloadd tmm7, [{bp} + {x}*1 + 1024]",
+                    concat!($op, " tmm0, tmm4, tmm6"),
+                    concat!($op, " tmm1, tmm4, tmm7"),
+                    "tileloadd tmm5, [{ap} + {x}*1 + 1024]",
+                    concat!($op, " tmm2, tmm5, tmm6"),
+                    concat!($op, " tmm3, tmm5, tmm7"),
+                    "add {ap}, 2048",
+                    "add {bp}, 2048",
+                    "dec {k}",
+                    "jnz 3b",
+                    // ... and the sums back to C.
+                    "tilestored [{c} + {ldc}*1], tmm0",
+                    "tilestored [{c} + {ldc}*1 + 64], tmm1",
+                    "tilestored [{c2} + {ldc}*1], tmm2",
+                    "tilestored [{c2} + {ldc}*1 + 64], tmm3",
+                    "add {b}, qword ptr [{s} + 24]",
+                    "add {c}, 128",
+                    // The next panel's biases (none stays none).
+                    "test {bias}, {bias}",
+                    "jz 7f",
+                    "add {bias}, 128",
+                    "7:",
+                    "dec {n}",
+                    "jnz 2b",
+                    "tilerelease",
+                    s = in(reg) s as *const Strip,
+                    x = out(reg) _,
+                    b = out(reg) _,
+                    n = out(reg) _,
+                    c = out(reg) _,
+                    c2 = out(reg) _,
+                    ldc = out(reg) _,
+                    ap = out(reg) _,
+                    bp = out(reg) _,
+                    k = out(reg) _,
+                    bias = out(reg) _,
+                    zero = out(reg) _,
+                    t = out(reg) _,
+                    out("tmm0") _,
+                    out("tmm1") _,
+                    out("tmm2") _,
+                    out("tmm3") _,
+                    out("tmm4") _,
+                    out("tmm5") _,
+                    out("tmm6") _,
+                    out("tmm7") _,
+                    options(nostack),
+                );
+            }
+        }
+
+        /// The strip kernel for 1 to 16 rows: one row of two accumulators.
+        ///
+        /// # Safety
+        /// As [`Kernel::run`], on a CPU that runs AMX.
+        #[cfg(target_arch = "x86_64")]
+        unsafe fn $one(s: &Strip) {
+            // SAFETY: as the kernel for 17 to 32 rows.
+            unsafe {
+                std::arch::asm!(
+                    "mov {x}, qword ptr [{s}]",
+                    "ldtilecfg [{x}]",
+                    "mov {b}, qword ptr [{s} + 16]",
+                    "mov {n}, qword ptr [{s} + 32]",
+                    "mov {c}, qword ptr [{s} + 48]",
+                    "mov {ldc}, qword ptr [{s} + 56]",
+                    "mov {bias}, qword ptr [{s} + 72]",
+                    "xor {zero:e}, {zero:e}",
+                    "mov {x}, 64",
+                    "2:",
+                    "cmp qword ptr [{s} + 64], 0",
+                    "je 4f",
+                    "tileloadd tmm0, [{c} + {ldc}*1]",
+                    "tileloadd tmm1, [{c} + {ldc}*1 + 64]",
+                    "jmp 5f",
+                    "4:",
+                    "test {bias}, {bias}",
+                    "jz 6f",
+                    "tileloadd tmm0, [{bias} + {zero}*1]",
+                    "tileloadd tmm1, [{bias} + {zero}*1 + 64]",
+                    "jmp 5f",
+                    "6:",
+                    "tilezero tmm0",
+                    "tilezero tmm1",
+                    "5:",
+                    // Ask for the next panel's rows of C while this one computes
+                    // (its stores would otherwise wait on their lines).
+                    "lea {t}, [{c} + 128]",
+                    "mov {k}, 16",
+                    "8:",
+                    "prefetchw [{t}]",
+                    "prefetchw [{t} + 64]",
+                    "add {t}, {ldc}",
+                    "dec {k}",
+                    "jnz 8b",
+                    "mov {ap}, qword ptr [{s} + 8]",
+                    "mov {bp}, {b}",
+                    "mov {k}, qword ptr [{s} + 40]",
+                    "3:",
+                    "tileloadd tmm4, [{ap} + {x}*1]",
+                    "tileloadd tmm6, [{bp} + {x}*1]",
+                    "tileloadd tmm7, [{bp} + {x}*1 + 1024]",
+                    concat!($op, " tmm0, tmm4, tmm6"),
+                    concat!($op, " tmm1, tmm4, tmm7"),
+                    "add {ap}, 2048",
+                    "add {bp}, 2048",
+                    "dec {k}",
+                    "jnz 3b",
+                    "tilestored [{c} + {ldc}*1], tmm0",
+                    "tilestored [{c} + {ldc}*1 + 64], tmm1",
+                    "add {b}, qword ptr [{s} + 24]",
+                    "add {c}, 128",
+                    // The next panel's biases (none stays none).
+                    "test {bias}, {bias}",
+                    "jz 7f",
+                    "add {bias}, 128",
+                    "7:",
+                    "dec {n}",
+                    "jnz 2b",
+                    "tilerelease",
+                    s = in(reg) s as *const Strip,
+                    x = out(reg) _,
+                    b = out(reg) _,
+                    n = out(reg) _,
+                    c = out(reg) _,
+                    ldc = out(reg) _,
+                    ap = out(reg) _,
+                    bp = out(reg) _,
+                    k = out(reg) _,
+                    bias = out(reg) _,
+                    zero = out(reg) _,
+                    t = out(reg) _,
+                    out("tmm0") _,
+                    out("tmm1") _,
+                    out("tmm4") _,
+                    out("tmm6") _,
+                    out("tmm7") _,
+                    options(nostack),
+                );
+            }
+        }
+    };
 }
 
-/// The strip kernel for 1 to 16 rows: one row of two accumulators.
-///
-/// # Safety
-/// As [`Kernel::run`], on a CPU that runs AMX.
-#[cfg(target_arch = "x86_64")]
-unsafe fn strip1(s: &Strip) {
-    // SAFETY: as `strip2`.
-    unsafe {
-        std::arch::asm!(
-            "mov {x}, qword ptr [{s}]",
-            "ldtilecfg [{x}]",
-            "mov {b}, qword ptr [{s} + 16]",
-            "mov {n}, qword ptr [{s} + 32]",
-            "mov {c}, qword ptr [{s} + 48]",
-            "mov {ldc}, qword ptr [{s} + 56]",
-            "mov {bias}, qword ptr [{s} + 72]",
-            "xor {zero:e}, {zero:e}",
-            "mov {x}, 64",
-            "2:",
-            "cmp qword ptr [{s} + 64], 0",
-            "je 4f",
-            "tileloadd tmm0, [{c} + {ldc}*1]",
-            "tileloadd tmm1, [{c} + {ldc}*1 + 64]",
-            "jmp 5f",
-            "4:",
-            "test {bias}, {bias}",
-            "jz 6f",
-            "tileloadd tmm0, [{bias} + {zero}*1]",
-            "tileloadd tmm1, [{bias} + {zero}*1 + 64]",
-            "jmp 5f",
-            "6:",
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "5:",
-            // Ask for the next panel's rows of C while this one computes
-            // (its stores would otherwise wait on their lines).
-            "lea {t}, [{c} + 128]",
-            "mov {k}, 16",
-            "8:",
-            "prefetchw [{t}]",
-            "prefetchw [{t} + 64]",
-            "add {t}, {ldc}",
-            "dec {k}",
-            "jnz 8b",
-            "mov {ap}, qword ptr [{s} + 8]",
-            "mov {bp}, {b}",
-            "mov {k}, qword ptr [{s} + 40]",
-            "3:",
-            "tileloadd tmm4, [{ap} + {x}*1]",
-            "tileloadd tmm6, [{bp} + {x}*1]",
-            "tileloadd tmm7, [{bp} + {x}*1 + 1024]",
-            "tdpbf16ps tmm0, tmm4, tmm6",
-            "tdpbf16ps tmm1, tmm4, tmm7",
-            "add {ap}, 2048",
-            "add {bp}, 2048",
-            "dec {k}",
-            "jnz 3b",
-            "tilestored [{c} + {ldc}*1], tmm0",
-            "tilestored [{c} + {ldc}*1 + 64], tmm1",
-            "add {b}, qword ptr [{s} + 24]",
-            "add {c}, 128",
-            // The next panel's biases (none stays none).
-            "test {bias}, {bias}",
-            "jz 7f",
-            "add {bias}, 128",
-            "7:",
-            "dec {n}",
-            "jnz 2b",
-            "tilerelease",
-            s = in(reg) s as *const Strip,
-            x = out(reg) _,
-            b = out(reg) _,
-            n = out(reg) _,
-            c = out(reg) _,
-            ldc = out(reg) _,
-            ap = out(reg) _,
-            bp = out(reg) _,
-            k = out(reg) _,
-            bias = out(reg) _,
-            zero = out(reg) _,
-            t = out(reg) _,
-            out("tmm0") _,
-            out("tmm1") _,
-            out("tmm4") _,
-            out("tmm6") _,
-            out("tmm7") _,
-            options(nostack),
-        );
-    }
-}
+strip_kernels!(strip2, strip1, "tdpbf16ps");
+strip_kernels!(strip2_int8, strip1_int8, "tdpbssd");
 
 #[cfg(test)]
 mod tests {

@@ -1,5 +1,5 @@
-//! The `amx` level's products: Intel AMX tiles (`tdpbf16ps`), for the
-//! Xeons of the 4th generation on.
+//! The `amx` level's products: Intel AMX tiles (`tdpbf16ps` for [`bf16`],
+//! `tdpbssd` for [`int8`]), for the Xeons of the 4th generation on.
 //!
 //! The instruction-set-specific part is small: one `asm!` block per
 //! micro-kernel ([`bf16`]'s strip kernels: tile configuration, the shared
@@ -15,6 +15,7 @@
 //! module's kernels run only where [`supported`] says so.
 
 pub mod bf16;
+pub mod int8;
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod model;
 
