@@ -1317,7 +1317,7 @@ fn the_instruction_set_cap_is_checked_and_named() {
     let err = text(&out.stderr);
     assert!(
         err.contains("SKILLRET_MAX_ISA: \"avx3\" is not an instruction set")
-            && err.contains("allowed: avx512, avxvnni, avx2, scalar"),
+            && err.contains("allowed: amx, avx512, avxvnni, avx2, scalar"),
         "{err}"
     );
     assert!(!output.exists(), "an output was written");
@@ -1336,6 +1336,22 @@ fn the_instruction_set_cap_is_checked_and_named() {
             err.contains("int8 on avx2 vpmaddubsw") && err.contains(", avx2, "),
             "{err}"
         );
+    }
+    if embedder::Isa::Amx.available() {
+        // bf16 and int8 on AMX tiles; capped at avx512, the vector units.
+        for (isa, precision, says) in [
+            ("amx", "bf16", "bf16 on amx"),
+            ("amx", "int8", "int8 on amx"),
+            ("avx512", "int8", "int8 on avx512 vnni"),
+        ] {
+            let out = embed(isa, precision);
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            let err = text(&out.stderr);
+            assert!(
+                err.contains(says) && err.contains(&format!(", {isa}, ")),
+                "{isa} {precision}: {err}"
+            );
+        }
     }
 }
 
