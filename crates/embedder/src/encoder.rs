@@ -247,8 +247,12 @@ impl Encoder {
         order.sort_by_key(|&i| std::cmp::Reverse(inputs[i].ids.len()));
         // A model that runs batches side by side shares the token budget
         // among them: as much in memory at once as one batch of it all.
+        // The engine may want smaller batches than the budget allows.
         let lanes = self.model.lanes().max(1);
-        let all = batches(&order, inputs, (self.batch_tokens / lanes).max(1));
+        let budget = self
+            .batch_tokens
+            .min(self.model.batch_cap().unwrap_or(usize::MAX));
+        let all = batches(&order, inputs, (budget / lanes).max(1));
         let mut done = 0;
         let forward = |k: usize| {
             let seqs: Vec<&Tokens> = all[k].iter().map(|&i| &inputs[i]).collect();

@@ -184,6 +184,13 @@ pub const INT8_KEPT: &[Role] = &[Role::AttentionIn, Role::FeedForwardOut];
 /// ran MiniLM bf16 7% faster, 256 and 512 slower again).
 pub const TILE_BLOCK_ROWS: usize = 128;
 
+/// Tokens per batch at most where a model's products run on AMX tiles (two
+/// batches side by side, each half of it): the f32 activations between the
+/// products then stay in cache, which the tile unit's pace needs (MiniLM
+/// bf16 at 256 tokens: 32-35k tokens/s in batches of 8,192, 38-39k in
+/// batches of 1,536-2,048; the Qwen3-0.6B shape at 512 tokens the same).
+pub const TILE_BATCH_TOKENS: usize = 2048;
+
 /// A dense layer.
 pub struct Linear {
     /// `outputs × inputs`, row-major, until packed.

@@ -473,6 +473,11 @@ impl Model for NativeBert {
     fn lanes(&self) -> usize {
         engine::lanes::count()
     }
+
+    fn batch_cap(&self) -> Option<usize> {
+        (self.layers.iter().any(|l| l.output.block_rows() > 0))
+            .then_some(engine::linear::TILE_BATCH_TOKENS)
+    }
 }
 
 /// The same encoder as a candle graph (the CUDA path) on unpadded batches

@@ -518,6 +518,11 @@ impl Model for NativeDecoder {
     fn lanes(&self) -> usize {
         engine::lanes::count()
     }
+
+    fn batch_cap(&self) -> Option<usize> {
+        (self.layers.iter().any(|l| l.down.block_rows() > 0))
+            .then_some(engine::linear::TILE_BATCH_TOKENS)
+    }
 }
 
 impl NativeDecoder {

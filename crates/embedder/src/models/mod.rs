@@ -87,6 +87,14 @@ pub(crate) trait Model: Send + Sync {
     fn lanes(&self) -> usize {
         1
     }
+
+    /// The most tokens a batch should hold on this model's engine, whatever
+    /// the budget allows (`None`: the budget decides): the native engine
+    /// whose products run on AMX tiles keeps its batches' activations in
+    /// cache ([`engine::linear::TILE_BATCH_TOKENS`]).
+    fn batch_cap(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The architecture, from `config.json`.
