@@ -14,8 +14,8 @@
 //! per k-step two A and two B tile loads feed four `tdpbf16ps`. One `asm!`
 //! block holds a whole call — configuration, the panels of a column group,
 //! each one's k loop, stores, `tilerelease` — since nothing keeps tile
-//! registers between blocks; [`Kernel::Model`] runs the same steps on the
-//! portable [`super::model`].
+//! registers between blocks; `Kernel::Model` runs the same steps on the
+//! portable `amx::model`.
 //!
 //! Blocking. Rows are split into parallel tasks; in a task, for each group
 //! of panels (their k-chunk fits in L2), each chunk of the shared dimension

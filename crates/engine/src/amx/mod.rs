@@ -6,7 +6,7 @@
 //! dimension's loop, stores, release), since tile registers are not kept
 //! between blocks. Everything around it — packing the weights into the tile
 //! layout, rounding activations, blocking for the caches, the epilogue — is
-//! plain Rust, and runs on every CPU against [`model`], a portable model of
+//! plain Rust, and runs on every CPU against `model`, a portable model of
 //! the tile unit with the same operations, so that its indexing is tested
 //! everywhere; the assembly is checked against the model on CPUs that have
 //! AMX.
