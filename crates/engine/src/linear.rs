@@ -74,15 +74,19 @@ impl Plan {
             precision,
             arithmetic,
             crate::rates::of_this_cpu()?,
+            crate::amx::supported(),
         ))
     }
 
     /// [`Plan::for_precision`] given the arithmetic this CPU runs for
-    /// `precision` and its unit rates (`None`: below avx2).
+    /// `precision`, its unit rates (`None`: below avx2) and whether bf16 and
+    /// int8 products run on AMX tiles (the words name where they run,
+    /// whatever rates were given).
     fn choose(
         precision: crate::Precision,
         arithmetic: Arithmetic,
         rates: Option<crate::rates::UnitRates>,
+        tiles: bool,
     ) -> (Self, String) {
         use crate::Precision;
         let isa = crate::isa::active();
@@ -104,14 +108,14 @@ impl Plan {
             _ => Arithmetic::F32,
         };
         let plan = Self::new(arithmetic, kept);
-        // bf16 runs on AMX's tiles where the rates have them (the amx level).
-        let amx = rates.and_then(|r| r.amx);
-        let bf16_name = if amx.is_some() { "bf16 on amx" } else { "bf16" };
+        // bf16 and int8 run on AMX's tiles at the amx level.
+        let amx = rates.and_then(|r| r.amx).filter(|_| tiles);
+        let bf16_name = if tiles { "bf16 on amx" } else { "bf16" };
         let note = match (precision, arithmetic) {
             (Precision::Bf16, Arithmetic::F32) => missing("bf16", "AVX-512 BF16"),
             (Precision::Int8, Arithmetic::F32) => missing("int8", "AVX2"),
             (_, Arithmetic::Int8) => {
-                let kernel = if amx.is_some() {
+                let kernel = if tiles {
                     "amx"
                 } else {
                     crate::int8::Kernel::active().map_or("?", |k| k.name())
@@ -456,13 +460,13 @@ mod tests {
         use crate::rates::UnitRates;
         let fast_bf16 = UnitRates::parse("fma256=117,fma512=117,bf16=234").expect("valid");
         let slow_bf16 = UnitRates::parse("fma256=119.4,fma512=238.7,bf16=119.8").expect("valid");
-        let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, Some(fast_bf16));
+        let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, Some(fast_bf16), false);
         assert_eq!(plan.of(Role::AttentionIn), Arithmetic::Bf16);
         assert!(
             note.ends_with("(query/key/value in bf16, feed-forward output in bf16)"),
             "{note}"
         );
-        let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, Some(slow_bf16));
+        let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, Some(slow_bf16), false);
         assert_eq!(plan.of(Role::AttentionIn), Arithmetic::F32);
         assert_eq!(plan.of(Role::FeedForwardOut), Arithmetic::F32);
         assert_eq!(plan.of(Role::FeedForwardIn), Arithmetic::Int8);
@@ -475,44 +479,57 @@ mod tests {
         );
         // Without a bf16 unit the kept layers are f32, and nothing is compared.
         let avx2 = UnitRates::parse("fma256=120").expect("valid");
-        let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, Some(avx2));
+        let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, Some(avx2), false);
         assert_eq!(plan.of(Role::AttentionIn), Arithmetic::F32);
         assert!(!note.contains("slower"), "{note}");
         // bf16 runs as asked either way; only the slower unit is named.
-        let (plan, note) = Plan::choose(Precision::Bf16, Arithmetic::Bf16, Some(slow_bf16));
+        let (plan, note) = Plan::choose(Precision::Bf16, Arithmetic::Bf16, Some(slow_bf16), false);
         assert_eq!(plan.of(Role::AttentionIn), Arithmetic::Bf16);
         assert_eq!(
             note,
             "bf16 as asked, though slower here than f32: bf16 119.8 against f32 238.7 GOP/s per thread"
         );
         assert_eq!(
-            Plan::choose(Precision::Bf16, Arithmetic::Bf16, Some(fast_bf16)).1,
+            Plan::choose(Precision::Bf16, Arithmetic::Bf16, Some(fast_bf16), false).1,
             "bf16"
         );
-        assert_eq!(Plan::choose(Precision::F32, Arithmetic::F32, None).1, "f32");
+        assert_eq!(
+            Plan::choose(Precision::F32, Arithmetic::F32, None, false).1,
+            "f32"
+        );
         // On AMX: bf16 on the tiles, int8's kept layers too, f32 says what bf16 would give.
         let amx = UnitRates::parse("fma256=114.6,fma512=219,bf16=109.9,amx=3700").expect("valid");
         assert_eq!(
-            Plan::choose(Precision::Bf16, Arithmetic::Bf16, Some(amx)).1,
+            Plan::choose(Precision::Bf16, Arithmetic::Bf16, Some(amx), true).1,
             "bf16 on amx"
         );
-        let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, Some(amx));
+        let (plan, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, Some(amx), true);
         assert_eq!(plan.of(Role::AttentionIn), Arithmetic::Bf16);
         assert!(
             note == "int8 on amx (query/key/value in bf16 on amx, feed-forward output in bf16 on amx)",
             "{note}"
         );
+        // Given rates without the tile unit's: the words still name where the products run.
+        let (_, note) = Plan::choose(Precision::Int8, Arithmetic::Int8, Some(fast_bf16), true);
+        assert!(
+            note.starts_with("int8 on amx (query/key/value in bf16 on amx"),
+            "{note}"
+        );
         assert_eq!(
-            Plan::choose(Precision::F32, Arithmetic::F32, Some(amx)).1,
+            Plan::choose(Precision::F32, Arithmetic::F32, Some(fast_bf16), true).1,
+            "f32 on 256-bit FMA: 512-bit is no faster here (117.0 against 117.0 GOP/s per thread)"
+        );
+        assert_eq!(
+            Plan::choose(Precision::F32, Arithmetic::F32, Some(amx), true).1,
             "f32 (--precision bf16 would run the products on amx at 17x: 3700.0 against 219.0 GOP/s \
              per thread)"
         );
         assert_eq!(
-            Plan::choose(Precision::F32, Arithmetic::F32, Some(slow_bf16)).1,
+            Plan::choose(Precision::F32, Arithmetic::F32, Some(slow_bf16), false).1,
             "f32"
         );
         assert_eq!(
-            Plan::choose(Precision::F32, Arithmetic::F32, Some(fast_bf16)).1,
+            Plan::choose(Precision::F32, Arithmetic::F32, Some(fast_bf16), false).1,
             "f32 on 256-bit FMA: 512-bit is no faster here (117.0 against 117.0 GOP/s per thread)"
         );
     }
