@@ -102,58 +102,42 @@ pub(crate) fn peak_loop(int8: bool, iterations: usize) {
     let one = if int8 { 0x0101 } else { 0x3f80 };
     operands.as_mut_slice().fill(one);
     let p = operands.as_slice().as_ptr();
-    // SAFETY: AMX runs here (asserted); the operand tiles are read from
-    // 2 KiB inside `operands` with a stride of 64 bytes; the block loads
-    // its configuration and releases the tiles.
-    unsafe {
-        if int8 {
-            std::arch::asm!(
-                "ldtilecfg [{cfg}]",
-                "tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3",
-                "tileloadd tmm4, [{p} + {s}*1]",
-                "tileloadd tmm5, [{p} + {s}*1 + 1024]",
-                "tileloadd tmm6, [{p} + {s}*1]",
-                "tileloadd tmm7, [{p} + {s}*1 + 1024]",
-                "2:",
-                "tdpbusd tmm0, tmm4, tmm6",
-                "tdpbusd tmm1, tmm4, tmm7",
-                "tdpbusd tmm2, tmm5, tmm6",
-                "tdpbusd tmm3, tmm5, tmm7",
-                "dec {n}",
-                "jnz 2b",
-                "tilerelease",
-                cfg = in(reg) &CONFIG,
-                p = in(reg) p,
-                s = in(reg) 64usize,
-                n = inout(reg) iterations => _,
-                out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
-                out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
-                options(nostack),
-            );
-        } else {
-            std::arch::asm!(
-                "ldtilecfg [{cfg}]",
-                "tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3",
-                "tileloadd tmm4, [{p} + {s}*1]",
-                "tileloadd tmm5, [{p} + {s}*1 + 1024]",
-                "tileloadd tmm6, [{p} + {s}*1]",
-                "tileloadd tmm7, [{p} + {s}*1 + 1024]",
-                "2:",
-                "tdpbf16ps tmm0, tmm4, tmm6",
-                "tdpbf16ps tmm1, tmm4, tmm7",
-                "tdpbf16ps tmm2, tmm5, tmm6",
-                "tdpbf16ps tmm3, tmm5, tmm7",
-                "dec {n}",
-                "jnz 2b",
-                "tilerelease",
-                cfg = in(reg) &CONFIG,
-                p = in(reg) p,
-                s = in(reg) 64usize,
-                n = inout(reg) iterations => _,
-                out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
-                out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
-                options(nostack),
-            );
-        }
+    // Four independent products in flight, `iterations` times.
+    macro_rules! peak {
+        ($op:literal) => {
+            // SAFETY: AMX runs here (asserted); the operand tiles are read
+            // from 2 KiB inside `operands` with a stride of 64 bytes; the
+            // block loads its configuration and releases the tiles.
+            unsafe {
+                std::arch::asm!(
+                    "ldtilecfg [{cfg}]",
+                    "tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3",
+                    "tileloadd tmm4, [{p} + {s}*1]",
+                    "tileloadd tmm5, [{p} + {s}*1 + 1024]",
+                    "tileloadd tmm6, [{p} + {s}*1]",
+                    "tileloadd tmm7, [{p} + {s}*1 + 1024]",
+                    "2:",
+                    concat!($op, " tmm0, tmm4, tmm6"),
+                    concat!($op, " tmm1, tmm4, tmm7"),
+                    concat!($op, " tmm2, tmm5, tmm6"),
+                    concat!($op, " tmm3, tmm5, tmm7"),
+                    "dec {n}",
+                    "jnz 2b",
+                    "tilerelease",
+                    cfg = in(reg) &CONFIG,
+                    p = in(reg) p,
+                    s = in(reg) 64usize,
+                    n = inout(reg) iterations => _,
+                    out("tmm0") _, out("tmm1") _, out("tmm2") _, out("tmm3") _,
+                    out("tmm4") _, out("tmm5") _, out("tmm6") _, out("tmm7") _,
+                    options(nostack),
+                )
+            }
+        };
+    }
+    if int8 {
+        peak!("tdpbusd");
+    } else {
+        peak!("tdpbf16ps");
     }
 }
