@@ -27,8 +27,8 @@
 
 use rayon::prelude::*;
 
-use super::Aligned;
 use super::model::{self, Config, Unit};
+use super::{Aligned, Layout};
 use crate::tile::{Post, to_bf16};
 
 /// Inputs per k-step (a tile row of bf16).
@@ -70,11 +70,8 @@ pub(crate) const CHUNK_STEPS: usize = 16;
 /// run), in each panel its k-steps, two tiles per step.
 pub struct PackedWeight {
     data: Aligned<u16>,
-    /// k-steps (inputs rounded up to 32, over 32).
-    steps: usize,
-    /// k-steps per chunk.
-    chunk: usize,
-    panels: usize,
+    /// Where its tiles lie.
+    layout: Layout,
     inputs: usize,
     outputs: usize,
 }
@@ -106,21 +103,9 @@ impl PackedWeight {
             inputs * outputs,
             "weight is not outputs × inputs"
         );
-        assert!(chunk > 0);
-        let steps = inputs.div_ceil(KSTEP);
-        let panels = outputs.div_ceil(PANEL);
-        let mut data = Aligned::zeroed(panels * steps * 2 * TILE_VALUES);
-        // Cut the buffer into (first step, panel) runs, in their order.
-        let mut runs = Vec::new();
-        let mut rest = data.as_mut_slice();
-        for first in (0..steps).step_by(chunk) {
-            let len = chunk.min(steps - first);
-            for panel in 0..panels {
-                let (run, tail) = rest.split_at_mut(len * 2 * TILE_VALUES);
-                runs.push((first, panel, run));
-                rest = tail;
-            }
-        }
+        let layout = Layout::new(inputs.div_ceil(KSTEP), chunk, outputs.div_ceil(PANEL));
+        let mut data = Aligned::zeroed(layout.len() * 2 * TILE_VALUES);
+        let runs = layout.runs(data.as_mut_slice(), 2 * TILE_VALUES);
         runs.into_par_iter().for_each(|(first, panel, run)| {
             for (tile, values) in run.chunks_exact_mut(TILE_VALUES).enumerate() {
                 let (step, half) = (first + tile / 2, tile % 2);
@@ -142,19 +127,17 @@ impl PackedWeight {
         });
         Self {
             data,
-            steps,
-            chunk,
-            panels,
+            layout,
             inputs,
             outputs,
         }
     }
 
     /// Where `panel`'s k-steps of the chunk that starts at step `first`
-    /// begin, and how many there are.
+    /// begin (in values of the buffer), and how many there are.
     fn run(&self, first: usize, panel: usize) -> (usize, usize) {
-        let len = self.chunk.min(self.steps - first);
-        ((first * self.panels + panel * len) * 2 * TILE_VALUES, len)
+        let (at, len) = self.layout.run(first, panel);
+        (at * 2 * TILE_VALUES, len)
     }
 }
 
@@ -219,7 +202,7 @@ pub(crate) fn matmul_on(
     }
     // The activations in bf16, in strips of 32 rows laid out tile by tile
     // (k-step after k-step, 32 rows of 32 values each), zero past the inputs.
-    let strip_values = w.steps * STRIP * KSTEP;
+    let strip_values = w.layout.steps * STRIP * KSTEP;
     let mut a16 = Aligned::zeroed(rows.div_ceil(STRIP) * strip_values);
     a16.as_mut_slice()
         .par_chunks_mut(strip_values)
@@ -269,11 +252,11 @@ impl Task<'_> {
         let rows = c.len() / outputs;
         let strips = rows.div_ceil(STRIP);
         let group_panels = self.blocking.group_panels;
-        let strip_values = w.steps * STRIP * KSTEP;
+        let strip_values = w.layout.steps * STRIP * KSTEP;
         // Panels stored into C's rows; the last one where it is partial
         // goes through `tail` (32 columns per row, its bias zero-padded).
         let whole = outputs / PANEL;
-        let mut tail = Aligned::<f32>::zeroed(if whole < w.panels {
+        let mut tail = Aligned::<f32>::zeroed(if whole < w.layout.panels {
             strips * STRIP * PANEL
         } else {
             0
@@ -282,10 +265,10 @@ impl Task<'_> {
         if let Some(b) = bias {
             tail_bias[..outputs - whole * PANEL].copy_from_slice(&b[whole * PANEL..]);
         }
-        for group in (0..w.panels).step_by(group_panels) {
-            let panels = group_panels.min(w.panels - group);
+        for group in (0..w.layout.panels).step_by(group_panels) {
+            let panels = group_panels.min(w.layout.panels - group);
             let stored = panels.min(whole.saturating_sub(group));
-            for chunk in (0..w.steps).step_by(w.chunk) {
+            for chunk in (0..w.layout.steps).step_by(w.layout.chunk) {
                 let (at, steps) = w.run(chunk, group);
                 let last = at + panels * steps * 2 * TILE_VALUES;
                 assert!(last <= w.data.as_slice().len(), "panels out of bounds");
@@ -340,7 +323,7 @@ impl Task<'_> {
                 }
             }
         }
-        if whole < w.panels {
+        if whole < w.layout.panels {
             let tail = tail.as_slice();
             for (r, row) in c.chunks_exact_mut(outputs).enumerate() {
                 row[whole * PANEL..]

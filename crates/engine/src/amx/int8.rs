@@ -11,8 +11,8 @@
 
 use rayon::prelude::*;
 
-use super::Aligned;
 use super::bf16::{Blocking, CHUNK_STEPS, CONFIGS, Kernel, Op, PANEL, STRIP, Strip};
+use super::{Aligned, Layout};
 use crate::tile::Post;
 
 /// Inputs per k-step (a tile row of bytes).
@@ -27,9 +27,8 @@ pub struct PackedWeight {
     data: Aligned<i8>,
     /// Per output (padded to whole panels): the dequantisation scale.
     scale: Vec<f32>,
-    steps: usize,
-    chunk: usize,
-    panels: usize,
+    /// Where its tiles lie.
+    layout: Layout,
     inputs: usize,
     outputs: usize,
 }
@@ -71,9 +70,8 @@ impl PackedWeight {
             inputs * outputs,
             "weight is not outputs × inputs"
         );
-        assert!(chunk > 0);
-        let steps = inputs.div_ceil(KSTEP);
-        let panels = outputs.div_ceil(PANEL);
+        let layout = Layout::new(inputs.div_ceil(KSTEP), chunk, outputs.div_ceil(PANEL));
+        let panels = layout.panels;
         // Each output channel quantised once (round half away from zero, as
         // the int8 kernels of the other levels).
         let mut scale = vec![1.0f32; panels * PANEL];
@@ -89,17 +87,8 @@ impl PackedWeight {
                     *q = (v * inverse).round().clamp(-127.0, 127.0) as i8;
                 }
             });
-        let mut data = Aligned::zeroed(panels * steps * 2 * TILE_BYTES);
-        let mut runs = Vec::new();
-        let mut rest = data.as_mut_slice();
-        for first in (0..steps).step_by(chunk) {
-            let len = chunk.min(steps - first);
-            for panel in 0..panels {
-                let (run, tail) = rest.split_at_mut(len * 2 * TILE_BYTES);
-                runs.push((first, panel, run));
-                rest = tail;
-            }
-        }
+        let mut data = Aligned::zeroed(layout.len() * 2 * TILE_BYTES);
+        let runs = layout.runs(data.as_mut_slice(), 2 * TILE_BYTES);
         runs.into_par_iter().for_each(|(first, panel, run)| {
             for (tile, bytes) in run.chunks_exact_mut(TILE_BYTES).enumerate() {
                 let (step, half) = (first + tile / 2, tile % 2);
@@ -123,19 +112,17 @@ impl PackedWeight {
         Self {
             data,
             scale,
-            steps,
-            chunk,
-            panels,
+            layout,
             inputs,
             outputs,
         }
     }
 
-    /// Where `panel`'s k-steps of the chunk starting at step `first` begin
-    /// (bytes), and how many there are.
+    /// Where `panel`'s k-steps of the chunk that starts at step `first`
+    /// begin (in bytes), and how many there are.
     fn run(&self, first: usize, panel: usize) -> (usize, usize) {
-        let len = self.chunk.min(self.steps - first);
-        ((first * self.panels + panel * len) * 2 * TILE_BYTES, len)
+        let (at, len) = self.layout.run(first, panel);
+        (at * 2 * TILE_BYTES, len)
     }
 }
 
@@ -186,7 +173,7 @@ pub(crate) fn matmul_on(
     }
     // The activations quantised per row, in strips of 32 rows laid out tile
     // by tile (zero past the inputs), and each row's scale.
-    let strip_bytes = w.steps * STRIP * KSTEP;
+    let strip_bytes = w.layout.steps * STRIP * KSTEP;
     let mut q = Aligned::<i8>::zeroed(rows.div_ceil(STRIP) * strip_bytes);
     let mut scale = vec![0.0f32; rows];
     q.as_mut_slice()
@@ -297,15 +284,15 @@ impl Task<'_> {
         let rows = c.len() / outputs;
         let strips = rows.div_ceil(STRIP);
         let group_panels = self.blocking.group_panels;
-        let strip_bytes = w.steps * STRIP * KSTEP;
+        let strip_bytes = w.layout.steps * STRIP * KSTEP;
         // The i32 sums of a group's columns, 32 rows per strip (a row of an
         // odd number of cache lines: tile rows fall into different sets).
-        let width = group_panels.min(w.panels) * PANEL + 16;
+        let width = group_panels.min(w.layout.panels) * PANEL + 16;
         let mut sums = Aligned::<i32>::zeroed(strips * STRIP * width);
         let sums = sums.as_mut_slice();
-        for group in (0..w.panels).step_by(group_panels) {
-            let panels = group_panels.min(w.panels - group);
-            for chunk in (0..w.steps).step_by(w.chunk) {
+        for group in (0..w.layout.panels).step_by(group_panels) {
+            let panels = group_panels.min(w.layout.panels - group);
+            for chunk in (0..w.layout.steps).step_by(w.layout.chunk) {
                 let (at, steps) = w.run(chunk, group);
                 assert!(
                     at + panels * steps * 2 * TILE_BYTES <= w.data.as_slice().len(),

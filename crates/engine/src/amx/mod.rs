@@ -25,6 +25,63 @@ pub fn supported() -> bool {
     crate::isa::amx()
 }
 
+/// Where a packed weight's tiles lie, for bf16 and int8 alike (a tile row
+/// is 64 bytes of the shared dimension either way): chunk after chunk of the
+/// shared dimension, in each chunk the panels of 32 outputs one after the
+/// other (a group of panels' chunk is one contiguous run), in each panel its
+/// k-steps, two B tiles per step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// k-steps of the shared dimension.
+    pub(crate) steps: usize,
+    /// k-steps per chunk.
+    pub(crate) chunk: usize,
+    /// Panels of 32 outputs.
+    pub(crate) panels: usize,
+}
+
+impl Layout {
+    pub(crate) fn new(steps: usize, chunk: usize, panels: usize) -> Self {
+        assert!(chunk > 0, "a chunk holds at least one k-step");
+        Self {
+            steps,
+            chunk,
+            panels,
+        }
+    }
+
+    /// k-steps in all (each `step` values of the caller's type).
+    pub(crate) fn len(&self) -> usize {
+        self.panels * self.steps
+    }
+
+    /// Where `panel`'s k-steps of the chunk that starts at step `first`
+    /// begin, counted in k-steps from the start, and how many there are.
+    pub(crate) fn run(&self, first: usize, panel: usize) -> (usize, usize) {
+        let len = self.chunk.min(self.steps - first);
+        (first * self.panels + panel * len, len)
+    }
+
+    /// `data` (the layout's k-steps of `step` values each) cut into its
+    /// runs, in order: (first k-step of the chunk, panel, the panel's run).
+    pub(crate) fn runs<'a, T>(
+        &self,
+        mut data: &'a mut [T],
+        step: usize,
+    ) -> Vec<(usize, usize, &'a mut [T])> {
+        let mut runs = Vec::with_capacity(self.panels * self.steps.div_ceil(self.chunk));
+        for first in (0..self.steps).step_by(self.chunk) {
+            let len = self.chunk.min(self.steps - first);
+            for panel in 0..self.panels {
+                let (run, tail) = data.split_at_mut(len * step);
+                runs.push((first, panel, run));
+                data = tail;
+            }
+        }
+        runs
+    }
+}
+
 /// A zeroed buffer whose start is 64-byte aligned: a tile row that
 /// straddles two cache lines loads about six times slower (measured: 51
 /// cycles per 16-row `tileloadd` against 8).

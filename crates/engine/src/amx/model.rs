@@ -105,9 +105,10 @@ impl Unit {
         }
     }
 
-    /// Checks the shapes of a product `c += a · b` (`k` elements of
-    /// `width` bytes in a row of `a`, rows of `b` = `a`'s 4-byte groups).
-    fn check(&self, c: usize, a: usize, b: usize) {
+    /// Checks the shapes of a product `c += a · b` (rows of `b` = `a`'s
+    /// 4-byte groups) and returns its rows, groups of the shared dimension
+    /// and 4-byte columns.
+    fn check(&self, c: usize, a: usize, b: usize) -> (usize, usize, usize) {
         let cfg = &self.config;
         assert!(
             cfg.rows(c) == cfg.rows(a)
@@ -117,6 +118,7 @@ impl Unit {
                 && cfg.bytes(c).is_multiple_of(4),
             "tile shapes do not fit a product: c {c}, a {a}, b {b}"
         );
+        (cfg.rows(c), cfg.bytes(a) / 4, cfg.bytes(c) / 4)
     }
 
     fn word(&self, t: usize, row: usize, i: usize) -> [u8; 4] {
@@ -132,7 +134,6 @@ impl Unit {
     /// `tdpbf16ps c, a, b`: `c[m][n] += Σ_k a[m][2k]·b[k][2n] + a[m][2k+1]·b[k][2n+1]`
     /// in f32, in the order and with the rounding described above.
     pub(crate) fn dpbf16ps(&mut self, c: usize, a: usize, b: usize) {
-        self.check(c, a, b);
         let bf16 = |bits: u16| {
             // Denormal inputs are read as zero.
             let bits = if bits & 0x7f80 == 0 {
@@ -150,11 +151,7 @@ impl Unit {
                 x
             }
         };
-        let (rows, groups, cols) = (
-            self.config.rows(c),
-            self.config.bytes(a) / 4,
-            self.config.bytes(c) / 4,
-        );
+        let (rows, groups, cols) = self.check(c, a, b);
         for m in 0..rows {
             for n in 0..cols {
                 let mut acc = f32::from_le_bytes(self.word(c, m, n));
@@ -172,12 +169,7 @@ impl Unit {
     /// (both signed): `c[m][n] += Σ_k Σ_i a[m][4k+i]·b[k][4n+i]` in i32,
     /// wrapping.
     pub(crate) fn dp_int8(&mut self, c: usize, a: usize, b: usize, a_signed: bool) {
-        self.check(c, a, b);
-        let (rows, groups, cols) = (
-            self.config.rows(c),
-            self.config.bytes(a) / 4,
-            self.config.bytes(c) / 4,
-        );
+        let (rows, groups, cols) = self.check(c, a, b);
         for m in 0..rows {
             for n in 0..cols {
                 let mut acc = i32::from_le_bytes(self.word(c, m, n));
