@@ -1,8 +1,9 @@
 //! What the precision kernels share, below all of them: the strided
 //! [`View`] of an operand, the split of a packed product into parallel tasks
-//! with its post-operation ([`Post`], `packed_tasks`), the AVX-512
-//! epilogue's start and tail masks, and the 8 × 8 AVX transpose. The f32,
-//! bf16 and int8 kernels import this module and nothing of each other;
+//! with its post-operation ([`Post`], `packed_tasks`), rounding to bf16
+//! (`to_bf16`, `round_row`), the AVX-512 epilogue's start and tail masks,
+//! and the 8 × 8 AVX transpose. The f32, bf16, AMX and int8 kernels import
+//! this module and nothing of each other;
 //! [`crate::linear`] sits on top of them all.
 
 use rayon::prelude::*;
