@@ -33,6 +33,55 @@ pub fn paired_randomization_test(a: &[f64], b: &[f64], trials: usize, seed: u64)
     at_least as f64 / (trials + 1) as f64
 }
 
+/// A 95% (or `level`) percentile bootstrap interval of the mean of `values`
+/// (Efron): `resamples` draws of as many values with replacement, the
+/// interval between the `(1 − level)/2` and `(1 + level)/2` quantiles of
+/// their means. For a change between two systems on the same queries, pass
+/// the per-query differences (the paired bootstrap). Deterministic for a
+/// given `seed`; `(NaN, NaN)` for no values.
+pub fn bootstrap_interval(values: &[f64], resamples: usize, level: f64, seed: u64) -> (f64, f64) {
+    let n = values.len();
+    if n == 0 || resamples == 0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let mut state = seed;
+    let mut means: Vec<f64> = (0..resamples)
+        .map(|_| {
+            let mut sum = 0.0;
+            for _ in 0..n {
+                // An index in [0, n) from the high bits of a 64-bit draw.
+                let i = ((u128::from(splitmix64(&mut state)) * n as u128) >> 64) as usize;
+                sum += values[i];
+            }
+            sum / n as f64
+        })
+        .collect();
+    means.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        // The nearest-rank quantile: the ⌈q·B⌉-th smallest mean.
+        let rank = (q * resamples as f64).ceil().max(1.0) as usize;
+        means[rank.min(resamples) - 1]
+    };
+    (at((1.0 - level) / 2.0), at((1.0 + level) / 2.0))
+}
+
+/// Holm's step-down adjustment of `p` values tested together (Holm 1979):
+/// the i-th smallest becomes `max over j ≤ i of min(1, (m − j + 1)·p₍ⱼ₎)`.
+/// Returned in the order given. It controls the family-wise error rate
+/// without assuming independence.
+pub fn holm(p: &[f64]) -> Vec<f64> {
+    let m = p.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| p[a].total_cmp(&p[b]));
+    let mut adjusted = vec![0.0; m];
+    let mut running: f64 = 0.0;
+    for (j, &i) in order.iter().enumerate() {
+        running = running.max(((m - j) as f64 * p[i]).min(1.0));
+        adjusted[i] = running;
+    }
+    adjusted
+}
+
 fn splitmix64(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *state;
@@ -65,6 +114,39 @@ mod tests {
             .collect();
         let p = paired_randomization_test(&a, &mixed, 5000, 7);
         assert!(p > 0.5, "{p}");
+    }
+
+    #[test]
+    fn the_bootstrap_interval_covers_the_mean_and_narrows_with_more_queries() {
+        // Constant values: every resample has the same mean.
+        assert_eq!(bootstrap_interval(&[0.25; 10], 1000, 0.95, 1), (0.25, 0.25));
+        assert!(bootstrap_interval(&[], 1000, 0.95, 1).0.is_nan());
+        // Differences of ±1 in equal numbers: mean 0, standard error 1/√n, so
+        // the 95% interval is about ±1.96/√n.
+        for n in [100usize, 400] {
+            let d: Vec<f64> = (0..n)
+                .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 })
+                .collect();
+            let (lo, hi) = bootstrap_interval(&d, 4000, 0.95, 9);
+            let half = 1.96 / (n as f64).sqrt();
+            assert!(lo < 0.0 && hi > 0.0, "{lo} {hi}");
+            assert!((hi - half).abs() < 0.25 * half, "{n}: {hi} against {half}");
+            assert!((lo + half).abs() < 0.25 * half, "{n}: {lo} against {half}");
+            // Deterministic for a seed.
+            assert_eq!((lo, hi), bootstrap_interval(&d, 4000, 0.95, 9));
+        }
+    }
+
+    #[test]
+    fn holm_adjusts_step_down_and_keeps_the_order_given() {
+        // m = 4: sorted 0.01, 0.02, 0.03, 0.5 → 0.04, 0.06, 0.06 (monotone), 0.5.
+        let adjusted = holm(&[0.03, 0.5, 0.01, 0.02]);
+        let expected = [0.06, 0.5, 0.04, 0.06];
+        for (a, e) in adjusted.iter().zip(expected) {
+            assert!((a - e).abs() < 1e-12, "{adjusted:?}");
+        }
+        assert_eq!(holm(&[0.9, 0.8]), vec![1.0, 1.0]);
+        assert!(holm(&[]).is_empty());
     }
 
     #[test]
