@@ -15,11 +15,11 @@ use crate::ranking::Stage;
 /// One way of grouping the queries.
 pub(crate) struct Breakdown {
     /// `gold_skills`, `query_words`, `category` or `subcategory`.
-    key: &'static str,
+    pub(crate) key: &'static str,
     /// Its title in report.md.
-    title: &'static str,
+    pub(crate) title: &'static str,
     /// Label → the query ids in the group, groups in display order.
-    groups: Vec<(String, Vec<String>)>,
+    pub(crate) groups: Vec<(String, Vec<String>)>,
 }
 
 /// The metrics of every group (at the cut-off `k`).

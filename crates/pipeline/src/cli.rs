@@ -38,6 +38,10 @@ pub enum Command {
     /// One table of the main metrics of finished runs (for swapping models).
     #[command(long_about = COMPARE_ABOUT)]
     Compare(CompareArgs),
+    /// The HTML report of finished runs: what each stage contributes, per
+    /// query, in one offline file.
+    #[command(long_about = REPORT_ABOUT)]
+    Report(ReportArgs),
     /// Score a ranking against relevance judgements, exactly as trec_eval
     /// (pytrec_eval) and the official SkillRet evaluation do.
     #[command(long_about = EVAL_ABOUT)]
@@ -281,6 +285,40 @@ pub struct CompareArgs {
     /// Output: a Markdown table, or JSON.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+}
+
+const REPORT_ABOUT: &str = "\
+The HTML report of finished runs, in one self-contained file that opens offline (file://): \
+each stage's metrics with 95% paired bootstrap intervals of each change; which queries a \
+reranker rescued, harmed or could not reach (no gold skill in its pool), the pool's ceiling \
+and the share of it realised; where every gold skill moved; the metric against rerank depth; \
+slices with Holm-corrected p-values; and every query's rankings side by side.
+
+`pipeline run` writes report.html itself; this command rebuilds it from a run's directory \
+(its results.json, metrics and run.<stage>.trec files, and the data it names), or compares \
+several runs: each run's last stage, in the order given, against the one before (a reranker \
+run over the first run's ranking gets its pool, ceiling and depth curve).
+
+Examples:
+  pipeline report runs/minilm
+  pipeline report runs/bm25 runs/minilm --out bm25-vs-minilm.html";
+
+/// Arguments of `pipeline report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Output directories of `pipeline run`.
+    #[arg(required = true, value_name = "DIR")]
+    pub runs: Vec<PathBuf>,
+
+    /// Where to write the report [default: DIR/report.html for one run;
+    /// needed for several].
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+
+    /// The data directory (official layout), where the one the runs name
+    /// is not found from here.
+    #[arg(long, value_name = "DIR")]
+    pub data: Option<PathBuf>,
 }
 
 const EMBED_ABOUT: &str = "\

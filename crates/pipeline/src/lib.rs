@@ -7,6 +7,7 @@ mod cache;
 pub mod cli;
 mod commands;
 pub mod config;
+mod html;
 mod hub;
 mod plot;
 mod progress;
@@ -22,6 +23,7 @@ pub fn run(cli: cli::Cli) -> anyhow::Result<()> {
         cli::Command::Run(args) => commands::run::run(&args),
         cli::Command::Sweep(args) => commands::sweep::run(&args),
         cli::Command::Compare(args) => commands::compare::run(&args),
+        cli::Command::Report(args) => commands::report::run(&args),
         cli::Command::Eval(args) => commands::eval::run(&args),
         cli::Command::Embed(args) => commands::embed::run(&args),
         cli::Command::Rerank(args) => commands::rerank::run(&args),

@@ -18,9 +18,9 @@ use crate::plot::Curve;
 use crate::ranking::Stage;
 
 /// Rounds of the paired randomization test.
-const TRIALS: usize = 10_000;
+pub(crate) const TRIALS: usize = 10_000;
 /// Its seed (fixed: the p-value is part of the deterministic report).
-const SEED: u64 = 20_260_512;
+pub(crate) const SEED: u64 = 20_260_512;
 
 /// An approximate or remote index against exact search on the run's queries.
 #[derive(Debug, Clone)]
@@ -198,6 +198,34 @@ pub(crate) fn write(
             + breakdown_md.trim_end()
             + "\n"),
     )?;
+    let mut links = vec![
+        ("report.md".to_owned(), "report.md".to_owned()),
+        ("metrics.json".to_owned(), "metrics.json".to_owned()),
+        ("per_query.tsv".to_owned(), "per_query.tsv".to_owned()),
+        ("results.json".to_owned(), "results.json".to_owned()),
+    ];
+    for stage in stages {
+        let file = format!("run.{}.trec", stage.name);
+        links.push((file.clone(), file));
+    }
+    let html = crate::html::run_page(&crate::html::RunReport {
+        title: format!("{label} run: {}", settings.path.display()),
+        about: about(settings, label, skills.len(), scored.len())
+            .iter()
+            .map(|line| line.replace('`', ""))
+            .collect(),
+        qrels,
+        queries,
+        skills,
+        stages,
+        k: &settings.k,
+        pointwise: settings
+            .reranker
+            .as_ref()
+            .is_some_and(|r| r.combine == crate::config::Combine::Replace),
+        links,
+    })?;
+    write_text(&out.join("report.html"), &html)?;
     let curve_depth = settings.retriever.top_n;
     let curves = curves(qrels, stages, curve_depth)?;
     write_text(
@@ -300,38 +328,9 @@ fn markdown(
 ) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# {label} run: `{}`\n", settings.path.display());
-    let data = match &settings.data {
-        crate::config::DataSource::Dir(d) => format!("`{}`", d.display()),
-        crate::config::DataSource::Hub(r) => format!("ThakiCloud/SKILLRET at {r}"),
-    };
     let queries = evals.first().map_or(0, |e| e.per_query.len());
-    let _ = writeln!(
-        s,
-        "Data: {label}{}, {data}, split `{}`: {skills} skills, {queries} judged queries scored.",
-        if label == "SkillRet" {
-            String::new()
-        } else {
-            " (not SkillRet: its metrics are not comparable with the SkillRet paper's)".to_owned()
-        },
-        settings.split
-    );
-    let r = &settings.retriever;
-    let first = match (&settings.embedder, r.kind) {
-        (Some(e), kind) => format!(
-            "{kind:?} ({}, {:?} index), top {}",
-            e.label(),
-            r.index,
-            r.top_n
-        ),
-        (None, kind) => format!("{kind:?}, top {}", r.top_n),
-    };
-    let first = match &settings.first_stage {
-        Some(file) => format!("the run {} (given, not retrieved)", file.display()),
-        None => first,
-    };
-    let _ = writeln!(s, "Retriever: {first}.");
-    if let Some(rr) = &settings.reranker {
-        let _ = writeln!(s, "Reranker: {}, top {}.", rr.label(), rr.top_n);
+    for line in about(settings, label, skills, queries) {
+        let _ = writeln!(s, "{line}");
     }
     let _ = writeln!(s, "\n## Stages\n\n{table}");
     for c in changes(stages, evals) {
@@ -365,12 +364,50 @@ fn markdown(
     }
     let _ = writeln!(
         s,
-        "Files: `metrics.json` (per stage, official key names), `run.<stage>.trec`, \
+        "Files: `report.html` (this report drawn for a browser: attribution, gold-rank transitions, \
+         rerank depth, slices with intervals, every query's rankings), \
+         `metrics.json` (per stage, official key names), `run.<stage>.trec`, \
          `skillret.<stage>.json` (the official output JSON: `metrics` rounded as eval.py rounds them, \
          `retrieval`; the official eval_rerank and `pipeline rerank --run` read it), `per_query.tsv`, \
          `recall_at_k.svg`, `timings.json`, `results.json` (provenance)."
     );
     s
+}
+
+/// What ran, a line each: the data, the retriever, the reranker (Markdown).
+fn about(settings: &Settings, label: &str, skills: usize, queries: usize) -> Vec<String> {
+    let data = match &settings.data {
+        crate::config::DataSource::Dir(d) => format!("`{}`", d.display()),
+        crate::config::DataSource::Hub(r) => format!("ThakiCloud/SKILLRET at {r}"),
+    };
+    let mut lines = vec![format!(
+        "Data: {label}{}, {data}, split `{}`: {skills} skills, {queries} judged queries scored.",
+        if label == "SkillRet" {
+            String::new()
+        } else {
+            " (not SkillRet: its metrics are not comparable with the SkillRet paper's)".to_owned()
+        },
+        settings.split
+    )];
+    let r = &settings.retriever;
+    let first = match (&settings.embedder, r.kind) {
+        (Some(e), kind) => format!(
+            "{kind:?} ({}, {:?} index), top {}",
+            e.label(),
+            r.index,
+            r.top_n
+        ),
+        (None, kind) => format!("{kind:?}, top {}", r.top_n),
+    };
+    let first = match &settings.first_stage {
+        Some(file) => format!("the run {} (given, not retrieved)", file.display()),
+        None => first,
+    };
+    lines.push(format!("Retriever: {first}."));
+    if let Some(rr) = &settings.reranker {
+        lines.push(format!("Reranker: {}, top {}.", rr.label(), rr.top_n));
+    }
+    lines
 }
 
 fn capitalised(s: &str) -> String {
@@ -432,7 +469,7 @@ fn per_query(qrels: &Qrels, stages: &[Stage], evals: &[Evaluation]) -> String {
     s
 }
 
-fn curves(qrels: &Qrels, stages: &[Stage], depth: usize) -> Result<Vec<Curve>> {
+pub(crate) fn curves(qrels: &Qrels, stages: &[Stage], depth: usize) -> Result<Vec<Curve>> {
     let ks: Vec<usize> = (1..=depth.max(1)).collect();
     let options = Options::default().with_cutoffs(&ks)?;
     Ok(stages

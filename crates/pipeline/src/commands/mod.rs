@@ -4,6 +4,7 @@ pub(crate) mod compare;
 pub(crate) mod embed;
 pub(crate) mod eval;
 pub(crate) mod models;
+pub(crate) mod report;
 pub(crate) mod rerank;
 pub(crate) mod run;
 pub(crate) mod sweep;

@@ -298,6 +298,10 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
     report::write_json(&settings.out.join("results.json"), &results.to_json())?;
     println!("{}", outputs.table);
     eprintln!("outputs in {}", settings.out.display());
+    eprintln!(
+        "report: {} (open it in a browser)",
+        settings.out.join("report.html").display()
+    );
     Ok(())
 }
 

@@ -336,8 +336,9 @@ pub(crate) fn run(args: &SweepArgs) -> Result<()> {
     write_leaderboard(&args.out, &rows, &failures)?;
     println!("{}", markdown_table(&rows));
     eprintln!(
-        "sweep: leaderboard in {} ({} rows); {} job(s) failed",
+        "sweep: leaderboard in {} and {} ({} rows); {} job(s) failed",
         args.out.join("leaderboard.md").display(),
+        args.out.join("leaderboard.html").display(),
         rows.len(),
         failures.len()
     );
@@ -595,6 +596,8 @@ struct Row {
     tokens_per_s: Option<f64>,
     wall_s: f64,
     device: String,
+    /// The job's report, relative to the sweep's directory.
+    report: String,
 }
 
 const COLUMNS: [&str; 10] = [
@@ -683,6 +686,7 @@ fn leaderboard_rows(
                 tokens_per_s: (embed_s > 0.0).then(|| tokens / embed_s),
                 wall_s,
                 device: device.clone(),
+                report: format!("runs/{}/report.html", job.name),
             });
         }
         if job.depth.is_some() {
@@ -703,6 +707,7 @@ fn leaderboard_rows(
                 tokens_per_s: None,
                 wall_s,
                 device,
+                report: format!("runs/{}/report.html", job.name),
             });
         }
     }
@@ -884,7 +889,108 @@ fn write_leaderboard(out: &Path, rows: &[Row], failures: &[(String, String)]) ->
         &out.join("leaderboard.svg"),
         &crate::plot::leaderboard_svg(&bars(rows)),
     )?;
+    crate::report::write_text(
+        &out.join("leaderboard.html"),
+        &crate::html::leaderboard_page("Sweep leaderboard", &leaderboard_data(out, rows, failures)),
+    )?;
     Ok(())
+}
+
+/// The measure the leaderboard ranks by.
+const RANKED_BY: &str = "NDCG@10";
+
+/// Each query's NDCG@10 in one stage of a finished run, by query id, from
+/// its `per_query.tsv` (empty where it cannot be read).
+fn per_query_ndcg(out: &Path, report: &str, stage: &str) -> BTreeMap<String, f64> {
+    let Some(dir) = Path::new(report).parent() else {
+        return BTreeMap::new();
+    };
+    let Ok(text) = std::fs::read_to_string(out.join(dir).join("per_query.tsv")) else {
+        return BTreeMap::new();
+    };
+    let mut lines = text.lines();
+    let Some(column) = lines
+        .next()
+        .and_then(|h| h.split('\t').position(|c| c == RANKED_BY))
+    else {
+        return BTreeMap::new();
+    };
+    lines
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split('\t').collect();
+            (fields.get(1) == Some(&stage))
+                .then(|| Some((fields[0].to_owned(), fields.get(column)?.parse().ok()?)))
+                .flatten()
+        })
+        .collect()
+}
+
+/// leaderboard.html's data: each row with its 95% bootstrap interval over
+/// queries, and tiers: a row whose difference to the row above is not
+/// significant (paired randomization test on the queries both scored,
+/// p ≥ 0.05) shares its tier.
+fn leaderboard_data(out: &Path, rows: &[Row], failures: &[(String, String)]) -> Value {
+    let mut tier = 0;
+    let mut above: Option<BTreeMap<String, f64>> = None;
+    let mut list = Vec::new();
+    for (i, r) in rows.iter().enumerate() {
+        let values = per_query_ndcg(out, &r.report, &r.stage);
+        let v: Vec<f64> = values.values().copied().collect();
+        let (lo, hi) = eval::stats::bootstrap_interval(&v, 2_000, 0.95, 20_261_206 + i as u64);
+        let same_tier = above.as_ref().is_some_and(|a| {
+            let (x, y): (Vec<f64>, Vec<f64>) = a
+                .iter()
+                .filter_map(|(q, x)| Some((*x, *values.get(q)?)))
+                .unzip();
+            !x.is_empty()
+                && eval::stats::paired_randomization_test(
+                    &x,
+                    &y,
+                    crate::report::TRIALS,
+                    crate::report::SEED,
+                ) >= 0.05
+        });
+        if !same_tier {
+            tier += 1;
+        }
+        let short = r.model.rsplit('/').next().unwrap_or(&r.model);
+        let label = match (r.stage.as_str(), &r.first_stage, r.depth) {
+            ("reranker", Some(first), Some(d)) => {
+                format!("{} +{short}@{d}", first.rsplit('/').next().unwrap_or(first))
+            }
+            _ => short.to_owned(),
+        };
+        let finite = |x: f64| x.is_finite().then_some(x);
+        list.push(json!({
+            "label": label,
+            "model": r.model,
+            "stage": r.stage,
+            "first_stage": r.first_stage,
+            "depth": r.depth,
+            "value": r.scores.get(RANKED_BY),
+            "lo": finite(lo),
+            "hi": finite(hi),
+            "tier": tier,
+            "delta": r.delta_ndcg_10,
+            "p": r.p,
+            "scores": r.scores,
+            "report": r.report,
+        }));
+        above = Some(values);
+    }
+    let failed: Vec<Value> = failures
+        .iter()
+        .map(|(name, why)| json!({"job": name, "error": why}))
+        .collect();
+    json!({
+        "kind": "leaderboard",
+        "title": "Sweep leaderboard",
+        "about": [format!("{} rows, sorted by {RANKED_BY}; each links its run's report.", rows.len())],
+        "metric": RANKED_BY,
+        "columns": COLUMNS.iter().filter(|c| **c != RANKED_BY).collect::<Vec<_>>(),
+        "rows": list,
+        "failed": failed,
+    })
 }
 
 /// Per first stage: its NDCG@10 and, per reranker and depth, the change.
