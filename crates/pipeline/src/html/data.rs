@@ -205,8 +205,15 @@ pub(crate) fn build(report: &RunReport<'_>) -> Result<Value> {
         let pool = pool_depth(&stages[from].run, &stages[to].run, &ids)
             .map(|depth| pool_json(report, &evals, from, to, depth, &ids, cut))
             .transpose()?;
+        // The depth the transitions cut at: the pool's, else the longest
+        // ranking of the later stage.
+        let depth = ids
+            .iter()
+            .map(|q| stages[to].run.get(q).map_or(0, <[_]>::len))
+            .max()
+            .unwrap_or(0);
         changes.push(json!({
-            "stage": to, "against": from, "metric": main.to_string(),
+            "stage": to, "against": from, "metric": main.to_string(), "depth": depth,
             "rows": rows, "wins": wins, "ties": ties, "losses": losses,
             "queries": ids.len(), "p": r6(p), "pool": pool,
         }));

@@ -200,10 +200,8 @@
   function transitions(body) {
     body.append(el('h2', { text: 'Where each gold skill was, and where the step put it' }),
       el('p', { class: 'note', text: 'Every gold skill of every query: its rank bucket in the first stage (rows) against the later stage (columns); N is the pool. Click a cell to list its queries.' }));
-    const pooled = D.changes.map((c, ci) => [c, ci]).filter(([c]) => c.pool);
-    if (!pooled.length) body.append(el('p', { text: 'No step of this run reorders a pool.' }));
-    for (const [c, ci] of pooled) {
-      const n = c.pool.depth;
+    D.changes.forEach((c, ci) => {
+      const n = c.pool ? c.pool.depth : c.depth;
       const m = new Map();
       const beyond = [];
       for (const q of D.queries) q.gold.forEach((g, j) => {
@@ -213,7 +211,7 @@
         if (r > n) beyond.push(r);
       });
       const label = b => b.replace('N', String(n));
-      body.append(el('h3', { text: `${stepName(c)} (N = ${n})` }),
+      body.append(el('h3', { text: `${stepName(c)} (N = ${n}${c.pool ? ', the pool' : `, the depth of ${stageNames[c.stage]}: not a reordering of a pool`})` }),
         el('table', { class: 'matrix', 'data-change': ci },
           el('thead', {}, el('tr', {}, el('th', { class: 'l', text: `${stageNames[c.against]} ↓ / ${stageNames[c.stage]} →` }), BUCKETS.map(b => el('th', { text: label(b) })))),
           el('tbody', {}, BUCKETS.map(a => el('tr', {}, el('th', { class: 'l', text: label(a) }),
@@ -225,9 +223,10 @@
             }))))));
       if (beyond.length) {
         beyond.sort((x, y) => x - y);
-        body.append(el('p', { class: 'note', text: `Gold skills beyond the pool that the first stage ranked at full depth: ranks ${beyond.slice(0, 30).join(', ')}${beyond.length > 30 ? ', …' : ''}.` }));
+        body.append(el('p', { class: 'note', text: `Gold skills beyond N that ${stageNames[c.against]} ranked at full depth: ranks ${beyond.slice(0, 30).join(', ')}${beyond.length > 30 ? ', …' : ''}.` }));
       }
-    }
+    });
+    if (!D.changes.length) body.append(el('p', { text: 'This run has a single stage: there is no step to follow.' }));
   }
 
   function depth(body) {
@@ -287,8 +286,8 @@
         const [k, g] = s.slice.split(':');
         if (!(q.slices[k] || []).includes(Number(g))) return false;
       }
-      if (s.from && c && c.pool) {
-        const n = c.pool.depth;
+      if (s.from && c) {
+        const n = c.pool ? c.pool.depth : c.depth;
         if (!q.gold.some((_, j) => bucket(q.ranks[c.against][j], n) === s.from && bucket(q.ranks[c.stage][j], n) === s.to)) return false;
       }
       if (text && !q.id.toLowerCase().includes(text) && !q.text.toLowerCase().includes(text)) return false;
