@@ -224,6 +224,10 @@ fn the_report_of_a_run_agrees_with_its_files_and_is_deterministic() {
         "{}",
         text(&out.stderr)
     );
+    let help = text(&pipeline(&["report", "--help"]).stdout);
+    for needle in ["--out", "--data", "Examples:", "file://"] {
+        assert!(help.contains(needle), "--help lacks {needle:?}");
+    }
     let out = pipeline(&["report", path(dir.path())]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -279,11 +283,14 @@ fn the_report_works_in_a_real_browser() {
         &hostile_data(dir.path()),
         "hostile",
     );
+    let sweep = sweep(dir.path());
     let mut cmd = Command::new("python3");
     cmd.arg(root().join("tests/browser/check_report.py"))
         .arg(&a)
         .arg("--hostile")
-        .arg(&hostile);
+        .arg(&hostile)
+        .arg("--leaderboard")
+        .arg(&sweep);
     if let Some(shots) = std::env::var_os("REPORT_SCREENSHOTS") {
         cmd.arg("--screenshots").arg(shots);
     }
@@ -298,15 +305,11 @@ fn the_report_works_in_a_real_browser() {
     }
 }
 
-#[test]
-fn a_sweep_writes_a_leaderboard_page_linking_each_report() {
-    let dir = tempfile::tempdir().unwrap();
-    let configs = dir.path().join("configs");
+/// A sweep of two BM25 configurations on the tiny fixture, into `dir/sweep`.
+fn sweep(dir: &Path) -> PathBuf {
+    let configs = dir.join("configs");
     std::fs::create_dir_all(&configs).unwrap();
-    let cache = format!(
-        "\n[output]\ncache = \"{}\"\n",
-        dir.path().join("cache").display()
-    );
+    let cache = format!("\n[output]\ncache = \"{}\"\n", dir.join("cache").display());
     std::fs::write(
         configs.join("bm25.toml"),
         format!(
@@ -323,7 +326,7 @@ fn a_sweep_writes_a_leaderboard_page_linking_each_report() {
         ),
     )
     .unwrap();
-    let out_dir = dir.path().join("sweep");
+    let out_dir = dir.join("sweep");
     let out = pipeline(&[
         "sweep",
         "--configs",
@@ -332,6 +335,13 @@ fn a_sweep_writes_a_leaderboard_page_linking_each_report() {
         path(&out_dir),
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    out_dir
+}
+
+#[test]
+fn a_sweep_writes_a_leaderboard_page_linking_each_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = sweep(dir.path());
     let html = std::fs::read_to_string(out_dir.join("leaderboard.html")).unwrap();
     let data = page_data(&html);
     assert_eq!(data["kind"], "leaderboard");

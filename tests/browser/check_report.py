@@ -74,6 +74,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir")
     ap.add_argument("--hostile")
+    ap.add_argument("--leaderboard", help="a `pipeline sweep` output directory")
     ap.add_argument("--screenshots")
     args = ap.parse_args()
     if not CHROMIUM:
@@ -213,6 +214,21 @@ def main():
                   "no script from the data ran")
             check(not h.errors, f"console errors on the hostile report: {h.errors}")
             print("ok: a skill with </script><img onerror> in its name, description and body shows as text and runs nothing")
+        if args.leaderboard:
+            rows = json.load(open(os.path.join(args.leaderboard, "leaderboard.json")))["rows"]
+            url = "file://" + os.path.abspath(os.path.join(args.leaderboard, "leaderboard.html"))
+            lb = Page(browser, url)
+            shown = lb.page.eval_on_selector_all("#leaderboard tbody tr", "rs => rs.length")
+            check(shown == len(rows), f"the leaderboard shows {shown} of {len(rows)} rows")
+            links = lb.page.eval_on_selector_all("#leaderboard tbody a", "as => as.map(a => a.href)")
+            check(len(links) == len(rows) and all(os.path.isfile(l[len("file://"):]) for l in links),
+                  f"each row links its run's report: {links}")
+            bars = lb.page.eval_on_selector_all("#bars rect", "rs => rs.length")
+            check(bars == len(rows), f"a bar per row: {bars}")
+            check(not lb.errors, f"console errors on the leaderboard: {lb.errors}")
+            if shots:
+                lb.page.screenshot(path=os.path.join(shots, "leaderboard.png"))
+            print(f"ok: the leaderboard shows its {len(rows)} rows, each linking its report")
         browser.close()
     print("browser checks passed")
 

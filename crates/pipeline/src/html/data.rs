@@ -117,6 +117,15 @@ fn r6(x: f64) -> Value {
     }
 }
 
+/// The first stage's top `depth` of a query as a reranker takes it (the
+/// official pool: highest scores first, ties in the run's order).
+fn pool(earlier: &Run, query: &str, depth: usize) -> BTreeSet<std::sync::Arc<str>> {
+    reranker::Pool::top(depth)
+        .candidates(query, earlier.get(query).unwrap_or_default())
+        .into_iter()
+        .collect()
+}
+
 /// Whether `later` only reorders the top of `earlier` (a reranker's pool):
 /// every query's list of `later` is within the first as many of `earlier`'s.
 /// Returns the pool's depth (the longest list of `later`).
@@ -124,9 +133,8 @@ fn pool_depth(earlier: &Run, later: &Run, ids: &[&str]) -> Option<usize> {
     let mut depth = 0;
     for q in ids {
         let b = later.get(q).unwrap_or_default();
-        let a = ranked(earlier, q);
-        let top: BTreeSet<&str> = a.iter().take(b.len()).map(|d| &*d.id).collect();
-        if !b.iter().all(|d| top.contains(&*d.id)) {
+        let top = pool(earlier, q, b.len());
+        if !b.iter().all(|d| top.contains(&d.id)) {
             return None;
         }
         depth = depth.max(b.len());
@@ -353,11 +361,11 @@ pub(crate) fn build(report: &RunReport<'_>) -> Result<Value> {
                     c["stage"].as_u64().unwrap_or(0) as usize,
                 );
                 let depth = c["pool"]["depth"].as_u64().map(|d| d as usize);
-                json!(class(
-                    main_values[from][q],
-                    main_values[to][q],
-                    depth.map(|n| ranks[from].iter().any(|&r| r >= 1 && r <= n)),
-                ))
+                let in_pool = depth.map(|n| {
+                    let pool = pool(&stages[from].run, q, n);
+                    gold.iter().any(|(id, _)| pool.contains(id.as_str()))
+                });
+                json!(class(main_values[from][q], main_values[to][q], in_pool))
             })
             .collect();
         queries_json.push(json!({
