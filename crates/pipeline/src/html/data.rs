@@ -24,10 +24,10 @@ const SEED: u64 = 20_261_206;
 /// How many of each stage's skills a query's view lists.
 pub(crate) const SHOWN: usize = 20;
 /// Descriptions are cut to this many characters (the full text is the body).
-const DESCRIPTION_CHARS: usize = 200;
+const DESCRIPTION_CHARS: usize = 180;
 /// The skills' bodies are embedded, gold skills first, then by their best
 /// rank, while their bytes stay under this (compressed about 4×).
-const BODY_BUDGET: usize = 6 << 20;
+const BODY_BUDGET: usize = 4 << 20;
 
 /// One run's report: everything the page draws.
 pub(crate) struct RunReport<'a> {
