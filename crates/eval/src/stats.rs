@@ -33,6 +33,23 @@ pub fn paired_randomization_test(a: &[f64], b: &[f64], trials: usize, seed: u64)
     at_least as f64 / (trials + 1) as f64
 }
 
+/// How many of the paired scores `b` beats `a` on, ties with (within
+/// 1e-12) and loses to: (wins, ties, losses).
+pub fn wins_ties_losses(a: &[f64], b: &[f64]) -> (usize, usize, usize) {
+    assert_eq!(a.len(), b.len(), "paired scores");
+    let (mut wins, mut ties, mut losses) = (0, 0, 0);
+    for (x, y) in a.iter().zip(b) {
+        if (y - x).abs() <= 1e-12 {
+            ties += 1;
+        } else if y > x {
+            wins += 1;
+        } else {
+            losses += 1;
+        }
+    }
+    (wins, ties, losses)
+}
+
 /// A 95% (or `level`) percentile bootstrap interval of the mean of `values`
 /// (Efron): `resamples` draws of as many values with replacement, the
 /// interval between the `(1 − level)/2` and `(1 + level)/2` quantiles of
@@ -135,6 +152,14 @@ mod tests {
             // Deterministic for a seed.
             assert_eq!((lo, hi), bootstrap_interval(&d, 4000, 0.95, 9));
         }
+    }
+
+    #[test]
+    fn wins_ties_and_losses_count_each_pair_once() {
+        assert_eq!(
+            wins_ties_losses(&[0.1, 0.5, 0.5, 0.9], &[0.2, 0.5, 0.4, 0.9 + 1e-13]),
+            (1, 2, 1)
+        );
     }
 
     #[test]

@@ -97,16 +97,7 @@ fn changes(stages: &[Stage], evals: &[Evaluation]) -> Vec<Change> {
         ) else {
             continue;
         };
-        let (mut wins, mut ties, mut losses) = (0, 0, 0);
-        for (x, y) in a.iter().zip(&b) {
-            if (y - x).abs() <= 1e-12 {
-                ties += 1;
-            } else if y > x {
-                wins += 1;
-            } else {
-                losses += 1;
-            }
-        }
+        let (wins, ties, losses) = eval::stats::wins_ties_losses(&a, &b);
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
         out.push(Change {
             stage: stage.name.clone(),

@@ -194,16 +194,7 @@ pub(crate) fn build(report: &RunReport<'_>) -> Result<Value> {
         }
         let (a, b) = (values(&evals[from], main), values(&evals[to], main));
         let (xs, ys): (Vec<f64>, Vec<f64>) = ids.iter().map(|q| (a[q], b[q])).unzip();
-        let (mut wins, mut ties, mut losses) = (0, 0, 0);
-        for (x, y) in xs.iter().zip(&ys) {
-            if (y - x).abs() <= 1e-12 {
-                ties += 1;
-            } else if y > x {
-                wins += 1;
-            } else {
-                losses += 1;
-            }
-        }
+        let (wins, ties, losses) = eval::stats::wins_ties_losses(&xs, &ys);
         let p = eval::stats::paired_randomization_test(
             &xs,
             &ys,
