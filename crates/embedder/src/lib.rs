@@ -37,6 +37,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod chat;
 pub mod config;
 pub mod convert;
 pub mod encoder;
