@@ -50,6 +50,65 @@ pub struct SentenceTransformersConfig {
     /// An output quantizer module after pooling (pplx-embed's
     /// `st_quantize` module).
     pub quantize: Option<Quantize>,
+    /// sentence-transformers 6.x's `message` modality
+    /// (`sentence_bert_config.json`'s `modality_config.message`): texts are
+    /// rendered through the tokenizer's chat template, in this format.
+    pub message: Option<MessageFormat>,
+    /// `processing_kwargs.chat_template.restore_suffix` (default true): a
+    /// truncated rendering ends with the template's own ending again.
+    pub restore_suffix: bool,
+}
+
+/// How a text becomes a chat message's content (the `message` modality's
+/// `format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageFormat {
+    /// A plain string.
+    Flat,
+    /// `[{"type": "text", "text": ...}]`.
+    Structured,
+    /// Decided from the model type and the template, as
+    /// sentence-transformers' `InputFormatter` decides.
+    Auto,
+}
+
+impl MessageFormat {
+    /// `Auto` resolved as sentence-transformers 6.3 resolves it (once, at
+    /// load): flat for the model types it lists, structured where the
+    /// template reads typed parts, else flat.
+    pub fn resolve(self, model_type: &str, template: &str) -> Self {
+        match self {
+            Self::Auto => {
+                const FLAT_TYPES: [&str; 5] =
+                    ["apertus", "deepseek_v3", "gpt_oss", "minicpm3", "seed_oss"];
+                const PARTS: [&str; 6] = [
+                    "content[0]",
+                    ".type",
+                    "'type'",
+                    "\"type\"",
+                    "item.type",
+                    "message.content[",
+                ];
+                if FLAT_TYPES.contains(&model_type) {
+                    Self::Flat
+                } else if template.is_empty() || PARTS.iter().any(|p| template.contains(p)) {
+                    Self::Structured
+                } else {
+                    Self::Flat
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Its name in `sentence_bert_config.json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Flat => "flat",
+            Self::Structured => "structured",
+            Self::Auto => "auto",
+        }
+    }
 }
 
 /// A quantizer module that sentence-transformers applies to the pooled
@@ -125,6 +184,8 @@ struct SentenceBertFile {
     max_seq_length: Option<usize>,
     /// 6.x: which input modalities the Transformer module takes.
     modality_config: Option<serde_json::Map<String, serde_json::Value>>,
+    /// 6.x: keyword arguments of the processor (`chat_template.restore_suffix`).
+    processing_kwargs: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -142,6 +203,7 @@ impl SentenceTransformersConfig {
     pub fn read(dir: &Path) -> Result<Self> {
         let mut config = Self {
             include_prompt: true,
+            restore_suffix: true,
             ..Self::default()
         };
         let modules_path = dir.join("modules.json");
@@ -199,14 +261,33 @@ impl SentenceTransformersConfig {
             config.max_seq_length = st.max_seq_length;
             // sentence-transformers 6.x renders text through the tokenizer's
             // chat template whenever the module takes messages.
-            if st
-                .modality_config
-                .is_some_and(|m| m.contains_key("message"))
+            if let Some(message) = st.modality_config.as_ref().and_then(|m| m.get("message")) {
+                config.message = Some(match message.get("format").and_then(|f| f.as_str()) {
+                    None | Some("auto") => MessageFormat::Auto,
+                    Some("flat") => MessageFormat::Flat,
+                    Some("structured") => MessageFormat::Structured,
+                    Some(other) => {
+                        return Err(Error::format(
+                            &st_path,
+                            format!(
+                                "modality_config.message.format: {other:?} is not a format (flat, structured, auto)"
+                            ),
+                        ));
+                    }
+                });
+            }
+            if let Some(restore) = st
+                .processing_kwargs
+                .as_ref()
+                .and_then(|k| k.get("chat_template"))
+                .and_then(|c| c.get("restore_suffix"))
             {
-                return Err(Error::format(
-                    &st_path,
-                    "modality_config.message: this model takes chat messages (sentence-transformers renders each text through the chat template), which is not supported; only the text modality is",
-                ));
+                config.restore_suffix = restore.as_bool().ok_or_else(|| {
+                    Error::format(
+                        &st_path,
+                        "processing_kwargs.chat_template.restore_suffix: not true or false",
+                    )
+                })?;
             }
         }
         let prompts_path = dir.join("config_sentence_transformers.json");

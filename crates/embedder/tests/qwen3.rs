@@ -330,14 +330,25 @@ fn bad_model_directories_name_the_file_and_field() {
         "{err}"
     );
 
-    // A directory whose Transformer takes chat messages (6.x): refused.
+    // A directory whose Transformer takes chat messages (6.x) but whose
+    // tokenizer has no chat template (tests/chat.rs has the ones that do),
+    // or whose message format is unknown: refused, naming why.
     let copy = copy_model(&dir);
     edit_json(&copy.path().join("sentence_bert_config.json"), |v| {
         v["modality_config"]["message"] = serde_json::json!({"method": "forward"});
     });
     let err = load(copy.path()).to_string();
     assert!(
-        err.contains("sentence_bert_config.json") && err.contains("modality_config.message"),
+        err.contains("sentence_bert_config.json") && err.contains("has no chat template"),
+        "{err}"
+    );
+    edit_json(&copy.path().join("sentence_bert_config.json"), |v| {
+        v["modality_config"]["message"]["format"] = "nested".into();
+    });
+    let err = load(copy.path()).to_string();
+    assert!(
+        err.contains("sentence_bert_config.json")
+            && err.contains("modality_config.message.format: \"nested\""),
         "{err}"
     );
 

@@ -111,7 +111,7 @@ fn local(args: &EmbedArgs, texts: &[String], kind: Kind) -> Result<(Vec<f32>, us
         .with_context(|| format!("loading the model {}", dir.display()))?;
     let prompt = model.prompt(kind);
     eprintln!(
-        "{}: {}, {} texts, max {} tokens, {:?} pooling{}{}{}, on {}",
+        "{}: {}, {} texts, max {} tokens, {:?} pooling{}{}{}{}, on {}",
         dir.display(),
         model.config().family(),
         texts.len(),
@@ -119,6 +119,14 @@ fn local(args: &EmbedArgs, texts: &[String], kind: Kind) -> Result<(Vec<f32>, us
         model.pooling(),
         match model.attention() {
             Some(a) => format!(", {} attention", a.name()),
+            None => String::new(),
+        },
+        match model.chat_template() {
+            Some((path, format)) => format!(
+                ", rendered through the chat template of {} ({} messages)",
+                path.display(),
+                format.name()
+            ),
             None => String::new(),
         },
         if prompt.is_empty() {
