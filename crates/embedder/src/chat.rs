@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 
 use minijinja::{Environment, ErrorKind, Value, context};
 
+use crate::config::{MessageFormat, SentenceTransformersConfig};
 use crate::error::{Error, Result};
+use crate::tokenize::Tokenization;
+use crate::{Kind, Prompts};
 
 /// One message of a conversation: a role and its text.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -198,6 +201,146 @@ impl ChatTemplate {
             message.push_str(&format!(" (template line {line})"));
         }
         Error::format(&self.path, message)
+    }
+}
+
+/// sentence-transformers 6.x's `message` modality: each text becomes a
+/// `user` message (its prompt, where not empty, a `system` message before
+/// it), rendered through the chat template without a generation prompt,
+/// tokenised without the tokenizer's own special tokens, cut to the
+/// maximum length, and given the template's ending back where it was cut.
+/// What a local model embeds and what a served one is sent.
+#[derive(Debug, Clone)]
+pub struct ChatInputs {
+    template: ChatTemplate,
+    format: MessageFormat,
+    /// The template's ending in tokens per kind (query, document), written
+    /// over the last tokens of a truncated text (`restore_suffix`; empty
+    /// where it is off or the template has no common ending).
+    endings: [Vec<u32>; 2],
+}
+
+impl ChatInputs {
+    /// The chat inputs of a model directory whose sentence-transformers
+    /// files ask for messages (`None` where they do not): its template, the
+    /// format resolved for the model `family`, and the endings of both
+    /// kinds' conversations. Asking for messages without a template is an
+    /// error.
+    pub(crate) fn load(
+        dir: &Path,
+        st: &SentenceTransformersConfig,
+        family: &str,
+        tokens: &Tokenization,
+        prompts: &Prompts,
+    ) -> Result<Option<Self>> {
+        let Some(format) = st.message else {
+            return Ok(None);
+        };
+        let template = ChatTemplate::from_dir(dir)?.ok_or_else(|| {
+            Error::Invalid(format!(
+                "{}: sentence_bert_config.json's modality_config takes chat messages, but the tokenizer has no chat template (chat_template.jinja or tokenizer_config.json's chat_template)",
+                dir.display()
+            ))
+        })?;
+        let format = format.resolve(family, template.source());
+        let mut chat = Self {
+            template,
+            format,
+            endings: [Vec::new(), Vec::new()],
+        };
+        if st.restore_suffix {
+            chat.endings = [
+                chat.ending(tokens, &prompts.query)?,
+                chat.ending(tokens, &prompts.document)?,
+            ];
+        }
+        Ok(Some(chat))
+    }
+
+    /// The template.
+    pub fn template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    /// The messages' format.
+    pub fn format(&self) -> MessageFormat {
+        self.format
+    }
+
+    /// The conversation of one text and its prompt.
+    fn messages(&self, prompt: &str, text: &str) -> Vec<Message> {
+        let content = |text: &str| match self.format {
+            MessageFormat::Structured => Content::Parts(vec![Part {
+                kind: "text".to_owned(),
+                text: text.to_owned(),
+            }]),
+            _ => Content::Text(text.to_owned()),
+        };
+        let mut messages = Vec::with_capacity(2);
+        if !prompt.is_empty() {
+            messages.push(Message {
+                role: "system".to_owned(),
+                content: content(prompt),
+            });
+        }
+        messages.push(Message {
+            role: "user".to_owned(),
+            content: content(text),
+        });
+        messages
+    }
+
+    /// One text rendered with its prompt.
+    pub fn render(&self, prompt: &str, text: &str) -> Result<String> {
+        self.template
+            .render(&self.messages(prompt, text), false, &[])
+    }
+
+    /// The template's ending after the user's text, in tokens, as
+    /// sentence-transformers finds it: the longest common ending of the
+    /// renderings with the text replaced by `0` and by `1 2 3 4`, where
+    /// shorter than both.
+    fn ending(&self, tokens: &Tokenization, prompt: &str) -> Result<Vec<u32>> {
+        let a = tokens.token_ids(&self.render(prompt, "0")?)?;
+        let b = tokens.token_ids(&self.render(prompt, "1 2 3 4")?)?;
+        let common = a
+            .iter()
+            .rev()
+            .zip(b.iter().rev())
+            .take_while(|(x, y)| x == y)
+            .count();
+        Ok(if common > 0 && common < a.len().min(b.len()) {
+            a[a.len() - common..].to_vec()
+        } else {
+            Vec::new()
+        })
+    }
+
+    /// Token ids of texts of `kind` (with their `prompt`): rendered,
+    /// tokenised as they are, cut to the maximum length with the ending
+    /// written back over the last tokens.
+    pub(crate) fn tokenize<S: AsRef<str> + Sync>(
+        &self,
+        tokens: &Tokenization,
+        texts: &[S],
+        prompt: &str,
+        kind: Kind,
+    ) -> Result<Vec<Vec<u32>>> {
+        use rayon::prelude::*;
+        let max = tokens.max_length();
+        let ending = &self.endings[usize::from(kind == Kind::Document)];
+        texts
+            .par_iter()
+            .map(|text| {
+                let mut ids = tokens.token_ids(&self.render(prompt, text.as_ref())?)?;
+                if ids.len() > max {
+                    ids.truncate(max);
+                    let keep = ending.len().min(max);
+                    ids[max - keep..].copy_from_slice(&ending[ending.len() - keep..]);
+                }
+                Ok(ids)
+            })
+            .collect()
     }
 }
 

@@ -435,73 +435,8 @@ pub struct LocalEmbedder {
     official_groups: Option<(usize, Option<usize>)>,
     /// Texts rendered through the tokenizer's chat template
     /// (sentence-transformers 6.x's `message` modality).
-    chat: Option<Chat>,
+    chat: Option<chat::ChatInputs>,
     options: EmbedderOptions,
-}
-
-/// sentence-transformers 6.x's `message` modality: each text becomes a
-/// `user` message (its prompt, where not empty, a `system` message before
-/// it), rendered through the chat template without a generation prompt,
-/// tokenised without the tokenizer's own special tokens, cut to the
-/// maximum length, and given the template's ending back where it was cut.
-#[derive(Debug)]
-struct Chat {
-    template: chat::ChatTemplate,
-    format: config::MessageFormat,
-    /// The template's ending in tokens per kind (query, document), written
-    /// over the last tokens of a truncated text (`restore_suffix`; empty
-    /// where it is off or the template has no common ending).
-    endings: [Vec<u32>; 2],
-}
-
-impl Chat {
-    /// The conversation of one text and its prompt.
-    fn messages(&self, prompt: &str, text: &str) -> Vec<chat::Message> {
-        let content = |text: &str| match self.format {
-            config::MessageFormat::Structured => chat::Content::Parts(vec![chat::Part {
-                kind: "text".to_owned(),
-                text: text.to_owned(),
-            }]),
-            _ => chat::Content::Text(text.to_owned()),
-        };
-        let mut messages = Vec::with_capacity(2);
-        if !prompt.is_empty() {
-            messages.push(chat::Message {
-                role: "system".to_owned(),
-                content: content(prompt),
-            });
-        }
-        messages.push(chat::Message {
-            role: "user".to_owned(),
-            content: content(text),
-        });
-        messages
-    }
-
-    fn render(&self, prompt: &str, text: &str) -> Result<String> {
-        self.template
-            .render(&self.messages(prompt, text), false, &[])
-    }
-
-    /// The template's ending after the user's text, in tokens, as
-    /// sentence-transformers finds it: the longest common ending of the
-    /// renderings with the text replaced by `0` and by `1 2 3 4`, where
-    /// shorter than both.
-    fn ending(&self, encoder: &Encoder, prompt: &str) -> Result<Vec<u32>> {
-        let a = encoder.token_ids(&self.render(prompt, "0")?)?;
-        let b = encoder.token_ids(&self.render(prompt, "1 2 3 4")?)?;
-        let common = a
-            .iter()
-            .rev()
-            .zip(b.iter().rev())
-            .take_while(|(x, y)| x == y)
-            .count();
-        Ok(if common > 0 && common < a.len().min(b.len()) {
-            a[a.len() - common..].to_vec()
-        } else {
-            Vec::new()
-        })
-    }
 }
 
 impl std::fmt::Debug for LocalEmbedder {
@@ -541,30 +476,13 @@ impl LocalEmbedder {
             .pooling
             .or(st.pooling)
             .unwrap_or_else(|| encoder.config().default_pooling());
-        let chat = match st.message {
-            Some(format) => {
-                let template = chat::ChatTemplate::from_dir(dir)?.ok_or_else(|| {
-                    Error::Invalid(format!(
-                        "{}: sentence_bert_config.json's modality_config takes chat messages, but the tokenizer has no chat template (chat_template.jinja or tokenizer_config.json's chat_template)",
-                        dir.display()
-                    ))
-                })?;
-                let format = format.resolve(encoder.config().family(), template.source());
-                let mut chat = Chat {
-                    template,
-                    format,
-                    endings: [Vec::new(), Vec::new()],
-                };
-                if st.restore_suffix {
-                    chat.endings = [
-                        chat.ending(&encoder, &prompts.query)?,
-                        chat.ending(&encoder, &prompts.document)?,
-                    ];
-                }
-                Some(chat)
-            }
-            None => None,
-        };
+        let chat = chat::ChatInputs::load(
+            dir,
+            &st,
+            encoder.config().family(),
+            encoder.tokenization(),
+            &prompts,
+        )?;
         let mut skip = [0; 2];
         // The message modality records no prompt length: pooling counts
         // the prompt's tokens whatever the Pooling module says.
@@ -635,7 +553,9 @@ impl LocalEmbedder {
     /// The chat template texts are rendered through, and the format of its
     /// messages (`None`: texts are tokenised as they are).
     pub fn chat_template(&self) -> Option<(&Path, config::MessageFormat)> {
-        self.chat.as_ref().map(|c| (c.template.path(), c.format))
+        self.chat
+            .as_ref()
+            .map(|c| (c.template().path(), c.format()))
     }
 
     /// The options the model was loaded with.
@@ -700,23 +620,7 @@ impl LocalEmbedder {
     pub fn tokenize<S: AsRef<str> + Sync>(&self, texts: &[S], kind: Kind) -> Result<Vec<Vec<u32>>> {
         let prompt = self.prompt(kind);
         if let Some(chat) = &self.chat {
-            use rayon::prelude::*;
-            let max = self.encoder.max_length();
-            let ending = &chat.endings[usize::from(kind == Kind::Document)];
-            return texts
-                .par_iter()
-                .map(|text| {
-                    let mut ids = self
-                        .encoder
-                        .token_ids(&chat.render(prompt, text.as_ref())?)?;
-                    if ids.len() > max {
-                        ids.truncate(max);
-                        let keep = ending.len().min(max);
-                        ids[max - keep..].copy_from_slice(&ending[ending.len() - keep..]);
-                    }
-                    Ok(ids)
-                })
-                .collect();
+            return chat.tokenize(self.encoder.tokenization(), texts, prompt, kind);
         }
         let suffix = &self.suffix;
         let inputs: Vec<String> = texts

@@ -75,6 +75,9 @@ pub struct RemoteEmbedder {
     served: String,
     model: Option<ServedModel>,
     tokens: Option<Tokenization>,
+    /// A model saved with the message modality: its texts rendered through
+    /// the chat template and sent as the ids the native path embeds.
+    chat: Option<crate::chat::ChatInputs>,
     prompts: Prompts,
     input: InputMode,
     batch_size: usize,
@@ -112,7 +115,7 @@ impl RemoteEmbedder {
         let pool = Pool::new(&checked.usable_connection(&options.connection));
         let (model, warnings) = (checked.model, checked.warnings);
 
-        let (tokens, prompts) = match &options.model_dir {
+        let (tokens, prompts, chat) = match &options.model_dir {
             Some(dir) => {
                 let st = crate::SentenceTransformersConfig::read(dir)?;
                 let prompts = options.embedder.prompts(dir)?;
@@ -122,7 +125,20 @@ impl RemoteEmbedder {
                 };
                 let tokens =
                     Tokenization::from_dir(dir, options.embedder.max_length, default_length)?;
-                (Some(tokens), prompts)
+                let chat = crate::chat::ChatInputs::load(
+                    dir,
+                    &st,
+                    tokens.config().family(),
+                    &tokens,
+                    &prompts,
+                )?;
+                if chat.is_some() && options.input == Some(InputMode::Text) {
+                    return Err(Error::Invalid(format!(
+                        "{}: the model renders its texts through a chat template and cuts them in tokens, which text input cannot carry exactly: use input = \"tokens\"",
+                        dir.display()
+                    )));
+                }
+                (Some(tokens), prompts, chat)
             }
             None => {
                 if options.embedder.query_prompt_name.is_some()
@@ -142,7 +158,7 @@ impl RemoteEmbedder {
                     query: e.query_prompt.clone().unwrap_or_default(),
                     document: e.document_prompt.clone().unwrap_or_default(),
                 };
-                (None, prompts)
+                (None, prompts, None)
             }
         };
         let input = match (options.input, &tokens) {
@@ -167,8 +183,11 @@ impl RemoteEmbedder {
             )));
         }
         let raw = model.as_ref().is_some_and(ServedModel::is_vllm);
+        let chat_protocol = chat.as_ref().map_or_else(String::new, |c| {
+            format!(" chat_template={}", c.format().name())
+        });
         let protocol = format!(
-            "served={:?} models_entry={} input={input:?} prompts={prompts:?} max_length={:?} dimensions={:?} raw={raw} max_chars={:?}",
+            "served={:?} models_entry={} input={input:?} prompts={prompts:?}{chat_protocol} max_length={:?} dimensions={:?} raw={raw} max_chars={:?}",
             options.served_model,
             model.as_ref().map_or_else(
                 || "unlisted".to_owned(),
@@ -183,6 +202,7 @@ impl RemoteEmbedder {
             served: options.served_model,
             model,
             tokens,
+            chat,
             prompts,
             input,
             batch_size: options.batch_size,
@@ -280,6 +300,18 @@ impl RemoteEmbedder {
     /// texts would not tokenise back to the same tokens.
     fn inputs(&self, texts: &[String], kind: Kind) -> Result<(Vec<(Value, usize)>, usize)> {
         let prompt = self.prompts.get(kind);
+        if let (Some(t), Some(chat)) = (&self.tokens, &self.chat) {
+            return Ok((
+                chat.tokenize(t, texts, prompt, kind)?
+                    .into_iter()
+                    .map(|ids| {
+                        let n = ids.len();
+                        (json!(ids), n)
+                    })
+                    .collect(),
+                0,
+            ));
+        }
         let prompted: Vec<String> = texts.iter().map(|t| format!("{prompt}{t}")).collect();
         match (&self.tokens, self.input) {
             (Some(t), InputMode::Tokens) => Ok((

@@ -419,3 +419,57 @@ fn the_protocol_key_names_the_model_never_where_it_runs() {
     .unwrap();
     assert_ne!(on_a.probe(), on_c.probe());
 }
+
+/// A model saved with a chat template (sentence-transformers 6.3's message
+/// modality): the served model is sent the ids the native path embeds
+/// (rendered, cut, the template's ending restored); text input, which
+/// cannot carry them exactly, is refused.
+#[test]
+fn a_chat_template_model_sends_the_native_ids_and_refuses_text_input() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/test-qwen3-chat");
+    if !dir.join("chat_template.jinja").is_file() {
+        eprintln!(
+            "skipping: {} is absent (run scripts/make_chat_models.py)",
+            dir.display()
+        );
+        return;
+    }
+    let server = FakeServer::start(Behaviour {
+        max_model_len: 100_000,
+        ..Behaviour::default()
+    });
+    let connect = |input| {
+        let mut o = options(connection(&[server.url()], None, Duration::from_secs(5), 1));
+        o.model_dir = Some(dir.clone());
+        o.embedder = EmbedderOptions::default().with_max_length(64);
+        o.input = input;
+        RemoteEmbedder::connect(o)
+    };
+    let e = connect(Some(InputMode::Text)).unwrap_err().to_string();
+    assert!(
+        e.contains("chat template") && e.contains("input = \"tokens\""),
+        "{e}"
+    );
+    let model = connect(None).unwrap();
+    let texts = vec!["hello world".to_owned(), "merge the tables ".repeat(40)];
+    server.behaviour.lock().unwrap().bodies.clear();
+    embed(&model, std::slice::from_ref(&texts)).unwrap();
+    let local =
+        embedder::LocalEmbedder::from_dir(&dir, EmbedderOptions::default().with_max_length(64))
+            .unwrap();
+    let want = local.tokenize(&texts, Kind::Document).unwrap();
+    let sent: Vec<Vec<u32>> = server.behaviour.lock().unwrap().bodies[0]["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|ids| {
+            ids.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect()
+        })
+        .collect();
+    assert_eq!(sent, want);
+    assert_eq!(sent[1].len(), 64);
+}

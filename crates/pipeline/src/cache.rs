@@ -58,6 +58,19 @@ fn adapter_files(dir: &Path) -> Vec<(String, PathBuf)> {
     files
 }
 
+/// A chat template beside the tokenizer (`chat_template.jinja`), where there
+/// is one: it decides the inputs of a model saved with the message modality.
+/// Counted only where present, so that the keys of models without one stay
+/// what they were.
+fn chat_template_file(dir: &Path) -> Vec<(String, PathBuf)> {
+    let path = dir.join("chat_template.jinja");
+    if path.is_file() {
+        vec![("chat_template.jinja".to_owned(), path)]
+    } else {
+        Vec::new()
+    }
+}
+
 pub(crate) fn model_fingerprint(dir: &Path) -> Result<String> {
     let files = embedder::ModelFiles::in_dir(dir)?;
     let mut hasher = Sha256::new();
@@ -70,7 +83,8 @@ pub(crate) fn model_fingerprint(dir: &Path) -> Result<String> {
                 .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
             (name, path.clone())
         }))
-        .chain(adapter_files(dir));
+        .chain(adapter_files(dir))
+        .chain(chat_template_file(dir));
     for (name, path) in named {
         hasher.update(name.as_bytes());
         match fs::File::open(&path) {
@@ -92,8 +106,11 @@ pub(crate) fn model_fingerprint(dir: &Path) -> Result<String> {
 /// not the weights, which may be absent).
 pub(crate) fn tokenizer_fingerprint(dir: &Path) -> Result<String> {
     let mut hasher = Sha256::new();
-    for name in MODEL_FILES {
-        let path = dir.join(name);
+    let named = MODEL_FILES
+        .iter()
+        .map(|name| ((*name).to_owned(), dir.join(name)))
+        .chain(chat_template_file(dir));
+    for (name, path) in named {
         hasher.update(name.as_bytes());
         match fs::read(&path) {
             Ok(bytes) => hasher.update(Sha256::digest(&bytes)),
