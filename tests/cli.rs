@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fixture, installed, path, pipeline, text};
+use common::{fixture, installed, path, pipeline, root, text};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -2039,5 +2039,61 @@ fn the_official_json_reads_back_through_the_official_reading_code() {
         assert!(o.status.success(), "{said}{}", text(&o.stderr));
         // Every metric, @15 of a 2-skill reranked list included, as pytrec_eval.
         assert!(said.contains("15 metrics; 0 differ"), "{said}");
+    }
+}
+
+/// A model saved by sentence-transformers 6.3 with a chat template: `pipeline
+/// embed` renders each text through it as sentence-transformers does (its
+/// vectors equal crates/embedder/tests/data/chat_reference.json's, made by
+/// scripts/make_chat_fixture.py) and says so.
+#[test]
+fn embed_renders_chat_template_models_as_sentence_transformers_does() {
+    let Some(model) = installed("test-qwen3-chat") else {
+        return;
+    };
+    let reference: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("crates/embedder/tests/data/chat_reference.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let cases = reference["models"]["test-qwen3-chat"]["cases"]
+        .as_array()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let lines: Vec<String> = cases.iter().map(|c| c["text"].to_string()).collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let output = dir.path().join("out.jsonl");
+    let out = pipeline(&[
+        "embed",
+        "--model",
+        path(&model),
+        "--kind",
+        "query",
+        "--max-length",
+        "64",
+        "--input",
+        path(&input),
+        "--output",
+        path(&output),
+    ]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("rendered through the chat template of")
+            && err.contains("chat_template.jinja (flat messages)"),
+        "{err}"
+    );
+    for (v, case) in read_vectors(&output).iter().zip(cases) {
+        let want: Vec<f64> = case["query_vector"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        let dot: f64 = v.iter().zip(&want).map(|(a, b)| a * b).sum();
+        let norm = |x: &[f64]| x.iter().map(|a| a * a).sum::<f64>().sqrt();
+        let cosine = dot / (norm(v) * norm(&want));
+        assert!(cosine >= 0.99999, "{}: {cosine}", case["text"]);
     }
 }

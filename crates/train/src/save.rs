@@ -15,9 +15,12 @@ use crate::bert::{Bert, Head};
 use crate::error::{Error, Result};
 
 /// Files copied from the base model as they are (those present).
-const TOKENIZER_FILES: [&str; 6] = [
+const TOKENIZER_FILES: [&str; 7] = [
     "tokenizer.json",
     "tokenizer_config.json",
+    // A base saved with sentence-transformers 6.3's message modality renders
+    // its texts through this template: the trained model must too.
+    "chat_template.jinja",
     "vocab.txt",
     "special_tokens_map.json",
     "LICENSE",

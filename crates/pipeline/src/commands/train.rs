@@ -97,6 +97,18 @@ pub(crate) fn run(args: &TrainArgs) -> Result<()> {
         Objective::BiEncoder => Head::MeanPooling,
         Objective::CrossEncoder => Head::Classifier,
     };
+    // Training tokenises texts as they are; a base that renders them through
+    // a chat template (sentence-transformers 6.3's message modality) would be
+    // trained on other inputs than it embeds.
+    if embedder::SentenceTransformersConfig::read(&base_dir)?
+        .message
+        .is_some()
+    {
+        bail!(
+            "{}: sentence_bert_config.json renders texts through a chat template (modality_config.message), which training does not do: train from a base without it",
+            base_dir.display()
+        );
+    }
     let model = Bert::load(
         &base_dir,
         &LoadOptions {
