@@ -2,11 +2,11 @@
 
 use std::fmt::Write as _;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use serde_json::{Map, Value};
 
 use crate::cli::{CompareArgs, Format};
-use crate::commands::run::metrics_path;
+use crate::commands::run::{metrics_path, read_output};
 
 /// The columns, when present.
 const COLUMNS: &[&str] = &[
@@ -24,15 +24,7 @@ pub(crate) fn run(args: &CompareArgs) -> Result<()> {
     let mut rows: Vec<(String, String, String, Map<String, Value>)> = Vec::new();
     for dir in &args.runs {
         let path = metrics_path(dir);
-        let text = std::fs::read_to_string(&path).with_context(|| {
-            format!(
-                "reading {} (is {} a `pipeline run` output directory?)",
-                path.display(),
-                dir.display()
-            )
-        })?;
-        let value: Value =
-            serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+        let value = read_output(dir, "metrics.json")?;
         let Some(stages) = value.as_object() else {
             bail!("{}: expected an object of stages", path.display());
         };

@@ -25,15 +25,7 @@ struct Finished {
 impl Finished {
     fn read(dir: &Path) -> Result<Self> {
         let path = dir.join("results.json");
-        let text = std::fs::read_to_string(&path).with_context(|| {
-            format!(
-                "reading {} (is {} a `pipeline run` output directory?)",
-                path.display(),
-                dir.display()
-            )
-        })?;
-        let results: Value =
-            serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
+        let results = crate::commands::run::read_output(dir, "results.json")?;
         // Stages in metrics.json's order (the run's), each after the stage
         // its change is measured against.
         let scores = results["scores"]

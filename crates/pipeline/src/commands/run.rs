@@ -615,3 +615,17 @@ fn index_recall(
 pub(crate) fn metrics_path(dir: &Path) -> PathBuf {
     dir.join("metrics.json")
 }
+
+/// A finished run's JSON output `name` (`metrics.json`, `results.json`),
+/// read and parsed; errors name the file and ask whether `dir` is a run.
+pub(crate) fn read_output(dir: &Path, name: &str) -> Result<serde_json::Value> {
+    let path = dir.join(name);
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "reading {} (is {} a `pipeline run` output directory?)",
+            path.display(),
+            dir.display()
+        )
+    })?;
+    serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))
+}
