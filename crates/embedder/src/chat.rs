@@ -204,20 +204,37 @@ impl ChatTemplate {
     }
 }
 
+/// The roles a (query, document) pair's two messages take.
+const PAIR_ROLES: [&str; 2] = ["query", "document"];
+
+/// sentence-transformers' probe of a pair template: a baseline, then one
+/// pair per role that changes only that role's content.
+const PAIR_PROBES: [(&str, &str); 3] = [
+    ("alpha", "bravo"),
+    ("charlie", "bravo"),
+    ("alpha", "foxtrot"),
+];
+
 /// sentence-transformers 6.x's `message` modality: each text becomes a
-/// `user` message (its prompt, where not empty, a `system` message before
-/// it), rendered through the chat template without a generation prompt,
-/// tokenised without the tokenizer's own special tokens, cut to the
-/// maximum length, and given the template's ending back where it was cut.
-/// What a local model embeds and what a served one is sent.
+/// `user` message, each (query, document) pair of a cross-encoder a `query`
+/// and a `document` message (the prompt, where not empty, a `system`
+/// message before them), rendered through the chat template (with the
+/// `processing_kwargs.chat_template` arguments; no generation prompt unless
+/// they ask for one), tokenised without the tokenizer's own special tokens,
+/// cut to the maximum length, and given the template's ending back where
+/// it was cut. What a local model reads and what a served one is sent.
 #[derive(Debug, Clone)]
 pub struct ChatInputs {
     template: ChatTemplate,
     format: MessageFormat,
-    /// The template's ending in tokens per kind (query, document), written
-    /// over the last tokens of a truncated text (`restore_suffix`; empty
-    /// where it is off or the template has no common ending).
-    endings: [Vec<u32>; 2],
+    /// `add_generation_prompt` (default false).
+    generation_prompt: bool,
+    /// The further template variables of `processing_kwargs.chat_template`.
+    kwargs: Vec<(String, Value)>,
+    /// The template's ending in tokens per kind (query, document, pair),
+    /// written over the last tokens of a truncated input (`restore_suffix`;
+    /// empty where it is off or the template has no common ending).
+    endings: [Vec<u32>; 3],
 }
 
 impl ChatInputs {
@@ -233,28 +250,81 @@ impl ChatInputs {
         tokens: &Tokenization,
         prompts: &Prompts,
     ) -> Result<Option<Self>> {
-        let Some(format) = st.message else {
+        let Some(mut chat) = Self::read(dir, st, family)? else {
             return Ok(None);
         };
-        let template = ChatTemplate::from_dir(dir)?.ok_or_else(|| {
-            Error::Invalid(format!(
-                "{}: sentence_bert_config.json's modality_config takes chat messages, but the tokenizer has no chat template (chat_template.jinja or tokenizer_config.json's chat_template)",
-                dir.display()
-            ))
-        })?;
-        let format = format.resolve(family, template.source());
-        let mut chat = Self {
-            template,
-            format,
-            endings: [Vec::new(), Vec::new()],
-        };
         if st.restore_suffix {
-            chat.endings = [
-                chat.ending(tokens, &prompts.query)?,
-                chat.ending(tokens, &prompts.document)?,
-            ];
+            chat.endings[0] = chat.ending(tokens, &prompts.query, Shape::Text(Kind::Query))?;
+            chat.endings[1] =
+                chat.ending(tokens, &prompts.document, Shape::Text(Kind::Document))?;
         }
         Ok(Some(chat))
+    }
+
+    /// The chat inputs of a cross-encoder directory whose files ask for
+    /// messages (`None` where they do not), for pairs with `prompt`: as
+    /// sentence-transformers' `CrossEncoder` does, a template that cannot
+    /// carry a `query`/`document` pair (one role's content does not reach
+    /// the rendering, or it raises) is an error.
+    pub fn load_pairs(
+        dir: &Path,
+        st: &SentenceTransformersConfig,
+        family: &str,
+        tokens: &Tokenization,
+        prompt: &str,
+    ) -> Result<Option<Self>> {
+        let Some(mut chat) = Self::read(dir, st, family)? else {
+            return Ok(None);
+        };
+        chat.verify_pair_roles()?;
+        if st.restore_suffix {
+            chat.endings[2] = chat.ending(tokens, prompt, Shape::Pair)?;
+        }
+        Ok(Some(chat))
+    }
+
+    /// The template, format and arguments, where the files ask for messages:
+    /// `modality_config.message`, or (a directory without `modules.json`,
+    /// whose modalities sentence-transformers 6.x infers) a tokenizer with a
+    /// chat template.
+    fn read(dir: &Path, st: &SentenceTransformersConfig, family: &str) -> Result<Option<Self>> {
+        let template = ChatTemplate::from_dir(dir)?;
+        let (format, template) = match (st.message, template) {
+            (None, Some(template)) if !st.has_modules => (MessageFormat::Auto, template),
+            (None, _) => return Ok(None),
+            (Some(format), Some(template)) => (format, template),
+            (Some(_), None) => {
+                return Err(Error::Invalid(format!(
+                    "{}: sentence_bert_config.json's modality_config takes chat messages, but the tokenizer has no chat template (chat_template.jinja or tokenizer_config.json's chat_template)",
+                    dir.display()
+                )));
+            }
+        };
+        let format = format.resolve(family, template.source());
+        let mut generation_prompt = false;
+        let mut kwargs = Vec::new();
+        for (key, value) in &st.chat_kwargs {
+            if key == "add_generation_prompt" {
+                generation_prompt = value.as_bool().ok_or_else(|| {
+                    Error::format(
+                        &dir.join("sentence_bert_config.json"),
+                        "processing_kwargs.chat_template.add_generation_prompt: not true or false",
+                    )
+                })?;
+            } else {
+                kwargs.push((
+                    key.clone(),
+                    Value::from(minijinja::value::Serde(value.clone())),
+                ));
+            }
+        }
+        Ok(Some(Self {
+            template,
+            format,
+            generation_prompt,
+            kwargs,
+            endings: Default::default(),
+        }))
     }
 
     /// The template.
@@ -267,42 +337,111 @@ impl ChatInputs {
         self.format
     }
 
-    /// The conversation of one text and its prompt.
-    fn messages(&self, prompt: &str, text: &str) -> Vec<Message> {
-        let content = |text: &str| match self.format {
-            MessageFormat::Structured => Content::Parts(vec![Part {
-                kind: "text".to_owned(),
-                text: text.to_owned(),
-            }]),
-            _ => Content::Text(text.to_owned()),
-        };
-        let mut messages = Vec::with_capacity(2);
-        if !prompt.is_empty() {
-            messages.push(Message {
-                role: "system".to_owned(),
-                content: content(prompt),
-            });
+    /// A message of `role` in the model's format.
+    fn message(&self, role: &str, text: &str) -> Message {
+        Message {
+            role: role.to_owned(),
+            content: match self.format {
+                MessageFormat::Structured => Content::Parts(vec![Part {
+                    kind: "text".to_owned(),
+                    text: text.to_owned(),
+                }]),
+                _ => Content::Text(text.to_owned()),
+            },
         }
-        messages.push(Message {
-            role: "user".to_owned(),
-            content: content(text),
-        });
+    }
+
+    /// The conversation of one input and its prompt: a text is a `user`
+    /// message, a pair a `query` and a `document` message.
+    fn messages(&self, prompt: &str, input: Input<'_>) -> Vec<Message> {
+        let mut messages = Vec::with_capacity(3);
+        if !prompt.is_empty() {
+            messages.push(self.message("system", prompt));
+        }
+        match input {
+            Input::Text(text) => messages.push(self.message("user", text)),
+            Input::Pair(query, document) => {
+                messages.push(self.message(PAIR_ROLES[0], query));
+                messages.push(self.message(PAIR_ROLES[1], document));
+            }
+        }
         messages
     }
 
-    /// One text rendered with its prompt.
-    pub fn render(&self, prompt: &str, text: &str) -> Result<String> {
+    /// One input rendered with its prompt; texts of a bi-encoder get their
+    /// kind as the `task` variable, as `encode_query` / `encode_document`
+    /// pass it (the template's own arguments win).
+    fn render_input(&self, prompt: &str, input: Input<'_>, task: Option<Kind>) -> Result<String> {
+        let mut vars: Vec<(&str, Value)> = Vec::with_capacity(self.kwargs.len() + 1);
+        if let Some(kind) = task {
+            vars.push((
+                "task",
+                Value::from(match kind {
+                    Kind::Query => "query",
+                    Kind::Document => "document",
+                }),
+            ));
+        }
+        vars.extend(self.kwargs.iter().map(|(k, v)| (k.as_str(), v.clone())));
         self.template
-            .render(&self.messages(prompt, text), false, &[])
+            .render(&self.messages(prompt, input), self.generation_prompt, &vars)
     }
 
-    /// The template's ending after the user's text, in tokens, as
+    /// One text of `kind` rendered with its prompt.
+    pub fn render(&self, prompt: &str, text: &str, kind: Kind) -> Result<String> {
+        self.render_input(prompt, Input::Text(text), Some(kind))
+    }
+
+    /// One (query, document) pair rendered with its prompt.
+    pub fn render_pair(&self, prompt: &str, query: &str, document: &str) -> Result<String> {
+        self.render_input(prompt, Input::Pair(query, document), None)
+    }
+
+    /// sentence-transformers' check that the template carries a pair: the
+    /// probes rendered (without a prompt), each role's change must change
+    /// the rendering.
+    fn verify_pair_roles(&self) -> Result<()> {
+        let renders: Result<Vec<String>> = PAIR_PROBES
+            .iter()
+            .map(|(q, d)| self.render_input("", Input::Pair(q, d), None))
+            .collect();
+        let failure = match renders {
+            Err(e) => format!("it raised: {e}"),
+            Ok(renders) => {
+                let dropped: Vec<String> = PAIR_ROLES
+                    .iter()
+                    .zip(&renders[1..])
+                    .filter(|(_, r)| **r == renders[0])
+                    .map(|(role, _)| format!("'{role}'"))
+                    .collect();
+                if dropped.is_empty() {
+                    return Ok(());
+                }
+                format!(
+                    "the {} content does not reach the rendered prompt",
+                    dropped.join(" and ")
+                )
+            }
+        };
+        Err(Error::format(
+            self.template.path(),
+            format!(
+                "the chat template cannot carry a 'query'/'document' pair ({failure}): a cross-encoder's pair is rendered as one message per role, as sentence-transformers 6.3 renders it; give the model a template that writes both, e.g. <Query>: {{{{ messages | selectattr(\"role\", \"eq\", \"query\") | map(attribute=\"content\") | first }}}}"
+            ),
+        ))
+    }
+
+    /// The template's ending after the content, in tokens, as
     /// sentence-transformers finds it: the longest common ending of the
-    /// renderings with the text replaced by `0` and by `1 2 3 4`, where
-    /// shorter than both.
-    fn ending(&self, tokens: &Tokenization, prompt: &str) -> Result<Vec<u32>> {
-        let a = tokens.token_ids(&self.render(prompt, "0")?)?;
-        let b = tokens.token_ids(&self.render(prompt, "1 2 3 4")?)?;
+    /// renderings with the content (the text, or both sides of a pair)
+    /// replaced by `0` and by `1 2 3 4`, where shorter than both.
+    fn ending(&self, tokens: &Tokenization, prompt: &str, shape: Shape) -> Result<Vec<u32>> {
+        let render = |filler: &str| match shape {
+            Shape::Text(kind) => self.render(prompt, filler, kind),
+            Shape::Pair => self.render_pair(prompt, filler, filler),
+        };
+        let a = tokens.token_ids(&render("0")?)?;
+        let b = tokens.token_ids(&render("1 2 3 4")?)?;
         let common = a
             .iter()
             .rev()
@@ -327,21 +466,62 @@ impl ChatInputs {
         kind: Kind,
     ) -> Result<Vec<Vec<u32>>> {
         use rayon::prelude::*;
-        let max = tokens.max_length();
         let ending = &self.endings[usize::from(kind == Kind::Document)];
         texts
             .par_iter()
             .map(|text| {
-                let mut ids = tokens.token_ids(&self.render(prompt, text.as_ref())?)?;
-                if ids.len() > max {
-                    ids.truncate(max);
-                    let keep = ending.len().min(max);
-                    ids[max - keep..].copy_from_slice(&ending[ending.len() - keep..]);
-                }
-                Ok(ids)
+                let ids = tokens.token_ids(&self.render(prompt, text.as_ref(), kind)?)?;
+                Ok(cut(ids, tokens.max_length(), ending))
             })
             .collect()
     }
+
+    /// Token ids of (query, document) pairs with their `prompt`, as
+    /// [`ChatInputs::tokenize`] makes a text's (for a directory loaded by
+    /// [`ChatInputs::load_pairs`]).
+    pub fn tokenize_pairs<A, B>(
+        &self,
+        tokens: &Tokenization,
+        pairs: &[(A, B)],
+        prompt: &str,
+    ) -> Result<Vec<Vec<u32>>>
+    where
+        A: AsRef<str> + Sync,
+        B: AsRef<str> + Sync,
+    {
+        use rayon::prelude::*;
+        pairs
+            .par_iter()
+            .map(|(q, d)| {
+                let ids = tokens.token_ids(&self.render_pair(prompt, q.as_ref(), d.as_ref())?)?;
+                Ok(cut(ids, tokens.max_length(), &self.endings[2]))
+            })
+            .collect()
+    }
+}
+
+/// What one rendering holds.
+#[derive(Debug, Clone, Copy)]
+enum Input<'a> {
+    Text(&'a str),
+    Pair(&'a str, &'a str),
+}
+
+/// Whose ending [`ChatInputs::ending`] finds.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    Text(Kind),
+    Pair,
+}
+
+/// `ids` cut to `max` tokens, the cut one ending with `ending` again.
+fn cut(mut ids: Vec<u32>, max: usize, ending: &[u32]) -> Vec<u32> {
+    if ids.len() > max {
+        ids.truncate(max);
+        let keep = ending.len().min(max);
+        ids[max - keep..].copy_from_slice(&ending[ending.len() - keep..]);
+    }
+    ids
 }
 
 const RAISED: &str = "raise_exception: ";
@@ -471,6 +651,66 @@ mod tests {
         let t = ChatTemplate::new("{{ messages|nosuchfilter }}", "c.jinja");
         let e = t.render(&user("a"), false, &[]).unwrap_err().to_string();
         assert!(e.contains("c.jinja") && e.contains("nosuchfilter"), "{e}");
+    }
+
+    /// `task` per kind (as `encode_query` / `encode_document` pass it), the
+    /// template arguments of `processing_kwargs.chat_template` as
+    /// variables, `add_generation_prompt` among them, and pairs as `query`
+    /// and `document` messages after the prompt's `system` one.
+    #[test]
+    fn task_template_arguments_and_pairs() {
+        let template = ChatTemplate::new(
+            "{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}{{ task }}|{% if add_generation_prompt %}GEN{% endif %}|{{ enable_thinking }}",
+            "t.jinja",
+        );
+        let mut st = SentenceTransformersConfig::default();
+        st.message = Some(MessageFormat::Flat);
+        st.has_modules = true;
+        st.chat_kwargs
+            .insert("add_generation_prompt".to_owned(), serde_json::json!(true));
+        st.chat_kwargs
+            .insert("enable_thinking".to_owned(), serde_json::json!(false));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("chat_template.jinja"), template.source()).unwrap();
+        let chat = ChatInputs::read(dir.path(), &st, "qwen3").unwrap().unwrap();
+        assert_eq!(
+            chat.render("P", "hi", Kind::Query).unwrap(),
+            "system=P;user=hi;query|GEN|False"
+        );
+        assert_eq!(
+            chat.render("", "hi", Kind::Document).unwrap(),
+            "user=hi;document|GEN|False"
+        );
+        assert_eq!(
+            chat.render_pair("P", "q", "d").unwrap(),
+            "system=P;query=q;document=d;|GEN|False"
+        );
+        // (Python prints a false as `False`, as transformers renders it.)
+        // The template's own `task` wins over the kind's.
+        st.chat_kwargs
+            .insert("task".to_owned(), serde_json::json!("retrieval"));
+        let chat = ChatInputs::read(dir.path(), &st, "qwen3").unwrap().unwrap();
+        assert!(
+            chat.render("", "hi", Kind::Query)
+                .unwrap()
+                .ends_with("retrieval|GEN|False")
+        );
+        // Without modules.json a template means messages; with it, only the
+        // message modality does.
+        st.message = None;
+        assert!(
+            ChatInputs::read(dir.path(), &st, "qwen3")
+                .unwrap()
+                .is_none()
+        );
+        st.has_modules = false;
+        assert_eq!(
+            ChatInputs::read(dir.path(), &st, "qwen3")
+                .unwrap()
+                .unwrap()
+                .format(),
+            MessageFormat::Auto.resolve("qwen3", template.source())
+        );
     }
 
     #[test]

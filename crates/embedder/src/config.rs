@@ -57,6 +57,18 @@ pub struct SentenceTransformersConfig {
     /// `processing_kwargs.chat_template.restore_suffix` (default true): a
     /// truncated rendering ends with the template's own ending again.
     pub restore_suffix: bool,
+    /// The other arguments of `processing_kwargs.chat_template`
+    /// (`add_generation_prompt`, `enable_thinking`, …): variables of the
+    /// template's rendering.
+    pub chat_kwargs: BTreeMap<String, serde_json::Value>,
+    /// Whether `modules.json` exists (a directory without it is a plain
+    /// Hugging Face checkpoint, whose modalities sentence-transformers 6.x
+    /// infers: messages wherever the tokenizer has a chat template).
+    pub has_modules: bool,
+    /// sentence-transformers' `LogitScore` module after the Transformer (a
+    /// `CrossEncoder` on a causal language model): the score is the logit
+    /// of `true_token_id`, less that of `false_token_id` where given.
+    pub logit_score: Option<(u32, Option<u32>)>,
 }
 
 /// How a text becomes a chat message's content (the `message` modality's
@@ -189,6 +201,14 @@ struct SentenceBertFile {
 }
 
 #[derive(Deserialize)]
+struct LogitScoreFile {
+    true_token_id: u32,
+    false_token_id: Option<u32>,
+    #[serde(default)]
+    module_input_name: Option<String>,
+}
+
+#[derive(Deserialize)]
 struct PromptsFile {
     #[serde(default)]
     prompts: BTreeMap<String, Option<String>>,
@@ -208,6 +228,7 @@ impl SentenceTransformersConfig {
         };
         let modules_path = dir.join("modules.json");
         if modules_path.is_file() {
+            config.has_modules = true;
             let modules: Vec<Module> = read_json(&modules_path)?;
             for (i, module) in modules.iter().enumerate() {
                 let name = module.kind.rsplit('.').next().unwrap_or_default();
@@ -236,6 +257,22 @@ impl SentenceTransformersConfig {
                             }
                         }
                     }
+                    "LogitScore" => {
+                        let path = dir.join(&module.path).join("config.json");
+                        let file: LogitScoreFile = read_json(&path)?;
+                        if let Some(name) = file
+                            .module_input_name
+                            .filter(|n| n.as_str() != "causal_logits")
+                        {
+                            return Err(Error::format(
+                                &path,
+                                format!(
+                                    "module_input_name: {name:?} is not supported (the language model's logits, causal_logits, are)"
+                                ),
+                            ));
+                        }
+                        config.logit_score = Some((file.true_token_id, file.false_token_id));
+                    }
                     "Pooling" => {
                         let path = dir.join(&module.path).join("config.json");
                         let (pooling, include_prompt) = read_pooling(&path)?;
@@ -246,7 +283,7 @@ impl SentenceTransformersConfig {
                         return Err(Error::format(
                             &modules_path,
                             format!(
-                                "[{i}].type: module {:?} is not supported (Transformer, Pooling, Normalize and pplx-embed's int8 st_quantize are); its output would differ from sentence-transformers'",
+                                "[{i}].type: module {:?} is not supported (Transformer, Pooling, Normalize, pplx-embed's int8 st_quantize and CrossEncoder's LogitScore are); its output would differ from sentence-transformers'",
                                 module.kind
                             ),
                         ));
@@ -276,18 +313,44 @@ impl SentenceTransformersConfig {
                     }
                 });
             }
-            if let Some(restore) = st
+            match st
                 .processing_kwargs
                 .as_ref()
                 .and_then(|k| k.get("chat_template"))
-                .and_then(|c| c.get("restore_suffix"))
             {
-                config.restore_suffix = restore.as_bool().ok_or_else(|| {
-                    Error::format(
+                None | Some(serde_json::Value::Null) => {}
+                Some(serde_json::Value::Object(kwargs)) => {
+                    for (key, value) in kwargs {
+                        match key.as_str() {
+                            "restore_suffix" => {
+                                config.restore_suffix = value.as_bool().ok_or_else(|| {
+                                    Error::format(
+                                        &st_path,
+                                        "processing_kwargs.chat_template.restore_suffix: not true or false",
+                                    )
+                                })?;
+                            }
+                            // Sizes reach the tokenizer, not the template.
+                            "padding" | "truncation" | "max_length" | "return_tensors" => {
+                                return Err(Error::format(
+                                    &st_path,
+                                    format!(
+                                        "processing_kwargs.chat_template.{key}: a size setting among the template's arguments is not supported (the maximum length is max_seq_length or --max-length)"
+                                    ),
+                                ));
+                            }
+                            _ => {
+                                config.chat_kwargs.insert(key.clone(), value.clone());
+                            }
+                        }
+                    }
+                }
+                Some(_) => {
+                    return Err(Error::format(
                         &st_path,
-                        "processing_kwargs.chat_template.restore_suffix: not true or false",
-                    )
-                })?;
+                        "processing_kwargs.chat_template: not an object of keyword arguments",
+                    ));
+                }
             }
         }
         let prompts_path = dir.join("config_sentence_transformers.json");

@@ -456,6 +456,12 @@ impl LocalEmbedder {
     /// Loads a model from a local directory.
     pub fn from_dir(dir: &Path, options: EmbedderOptions) -> Result<Self> {
         let st = SentenceTransformersConfig::read(dir)?;
+        if st.logit_score.is_some() {
+            return Err(Error::format(
+                &dir.join("modules.json"),
+                "it ends in a LogitScore module: this is a cross-encoder (a reranker), not an embedder",
+            ));
+        }
         let prompts = options.resolve(dir, &st)?;
         let encoder_options = EncoderOptions {
             max_length: options.max_length,

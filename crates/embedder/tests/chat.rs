@@ -4,7 +4,9 @@
 //! tokenizer's own specials, cut to the maximum length with the template's
 //! ending written back. Token ids equal sentence-transformers' and vectors
 //! within cosine 0.99999, on the native engine and on candle, for a Qwen3
-//! model (flat messages) and a Gemma3 one (structured messages).
+//! model (flat messages), a Gemma3 one (structured messages), and a plain
+//! Qwen3 checkpoint with a chat template beside its tokenizer (no
+//! sentence-transformers files: 6.3 infers the message modality).
 //!
 //! The reference: scripts/make_chat_fixture.py (sentence-transformers 6.3.0);
 //! the TEST models: scripts/make_chat_models.py.
@@ -25,9 +27,14 @@ fn check(name: &str, backend: Backend) {
     };
     let reference = common::fixture("chat_reference.json");
     let reference = &reference["models"][name];
-    let options = EmbedderOptions::default()
+    let mut options = EmbedderOptions::default()
         .with_max_length(reference["max_length"].as_u64().unwrap() as usize)
         .with_backend(backend);
+    if reference["pooling"] == "mean" {
+        // A plain decoder checkpoint: sentence-transformers pools by the
+        // mean, this project by the last token unless told (README).
+        options = options.with_pooling(embedder::Pooling::Mean);
+    }
     let model = LocalEmbedder::from_dir(&dir, options).unwrap();
     let (path, format) = model.chat_template().expect("a chat template");
     assert!(path.ends_with("chat_template.jinja"));
@@ -80,6 +87,16 @@ fn gemma3_structured_messages_equal_sentence_transformers_native() {
 #[test]
 fn gemma3_structured_messages_equal_sentence_transformers_candle() {
     check("test-gemma3-chat", Backend::Candle);
+}
+
+#[test]
+fn a_plain_checkpoint_with_a_template_renders_as_sentence_transformers_infers_native() {
+    check("test-qwen3-raw-chat", Backend::Native);
+}
+
+#[test]
+fn a_plain_checkpoint_with_a_template_renders_as_sentence_transformers_infers_candle() {
+    check("test-qwen3-raw-chat", Backend::Candle);
 }
 
 #[test]
