@@ -1098,6 +1098,57 @@ fn rerank_takes_a_yes_no_reranker() {
     }
 }
 
+/// A cross-encoder saved by sentence-transformers 6.3 with a chat template:
+/// `pipeline rerank` says its pairs are rendered through it, and its scores
+/// are the library's (whose parity with 6.3 is crates/reranker/tests/chat.rs).
+#[test]
+fn rerank_renders_pairs_through_a_cross_encoders_chat_template() {
+    let Some(model) = installed("test-bert-cross-encoder-chat") else {
+        eprintln!("skipping: run python3 scripts/make_chat_models.py");
+        return;
+    };
+    let tiny = fixture("tiny");
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("reranked.trec");
+    let run = tiny.join("runs/lexical.run.trec");
+    let out = pipeline(&[
+        "rerank",
+        "--model",
+        path(&model),
+        "--data",
+        path(&tiny),
+        "--run",
+        path(&run),
+        "--top-n",
+        "3",
+        "--output",
+        path(&output),
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("pairs rendered through the chat template of")
+            && stderr.contains("chat_template.jinja (flat messages)")
+            && stderr.contains("prompt \"Rank the skill for the request.\""),
+        "{stderr}"
+    );
+    let reranked = read_run(&output);
+    assert!(!reranked.is_empty());
+    // Each score is the library's logit for the pair pipeline builds.
+    let model = reranker::CrossEncoder::from_dir(&model, reranker::RerankerOptions::default())
+        .unwrap();
+    let data = eval::Dataset::load(&tiny, "test").unwrap();
+    for (qid, sid, score) in &reranked {
+        let query = &data.queries.iter().find(|q| &q.id == qid).unwrap().text;
+        let skill = data.skills.iter().find(|s| &s.id == sid).unwrap();
+        let skill = eval::document_text(&skill.name, &skill.description, &skill.skill_md);
+        let want = model
+            .score(&[(query.as_str(), skill.as_str())], &|_| {})
+            .unwrap()[0];
+        assert!((f64::from(want) - score).abs() < 1e-5, "{qid} {sid}: {score} vs {want}");
+    }
+}
+
 #[test]
 fn run_qwen3_test_models_end_to_end_on_the_shared_sample() {
     let Some(_) = qwen3_models() else { return };

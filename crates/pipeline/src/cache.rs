@@ -58,17 +58,17 @@ fn adapter_files(dir: &Path) -> Vec<(String, PathBuf)> {
     files
 }
 
-/// A chat template beside the tokenizer (`chat_template.jinja`), where there
-/// is one: it decides the inputs of a model saved with the message modality.
-/// Counted only where present, so that the keys of models without one stay
-/// what they were.
-fn chat_template_file(dir: &Path) -> Vec<(String, PathBuf)> {
-    let path = dir.join("chat_template.jinja");
-    if path.is_file() {
-        vec![("chat_template.jinja".to_owned(), path)]
-    } else {
-        Vec::new()
-    }
+/// A chat template beside the tokenizer (`chat_template.jinja`: it decides
+/// the inputs of a model saved with the message modality) and a
+/// cross-encoder's `LogitScore` module (the tokens it scores), where there
+/// are. Counted only where present, so that the keys of models without them
+/// stay what they were.
+fn optional_files(dir: &Path) -> Vec<(String, PathBuf)> {
+    ["chat_template.jinja", "1_LogitScore/config.json"]
+        .into_iter()
+        .map(|name| (name.to_owned(), dir.join(name)))
+        .filter(|(_, path)| path.is_file())
+        .collect()
 }
 
 pub(crate) fn model_fingerprint(dir: &Path) -> Result<String> {
@@ -84,7 +84,7 @@ pub(crate) fn model_fingerprint(dir: &Path) -> Result<String> {
             (name, path.clone())
         }))
         .chain(adapter_files(dir))
-        .chain(chat_template_file(dir));
+        .chain(optional_files(dir));
     for (name, path) in named {
         hasher.update(name.as_bytes());
         match fs::File::open(&path) {
@@ -109,7 +109,7 @@ pub(crate) fn tokenizer_fingerprint(dir: &Path) -> Result<String> {
     let named = MODEL_FILES
         .iter()
         .map(|name| ((*name).to_owned(), dir.join(name)))
-        .chain(chat_template_file(dir));
+        .chain(optional_files(dir));
     for (name, path) in named {
         hasher.update(name.as_bytes());
         match fs::read(&path) {

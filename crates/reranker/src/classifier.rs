@@ -10,6 +10,7 @@
 
 use std::path::Path;
 
+use embedder::chat::ChatInputs;
 use embedder::{Encoder, Pooling, Tokens, Weights};
 
 use crate::{Activation, Error, Reranker, dot, sigmoid};
@@ -100,6 +101,12 @@ pub struct Classifier {
     encoder: Encoder,
     head: Head,
     activation: Activation,
+    /// sentence-transformers' default prompt: before each query, or the
+    /// system message of a rendered pair.
+    prompt: String,
+    /// Pairs rendered through the tokenizer's chat template
+    /// (sentence-transformers 6.x's `message` modality).
+    chat: Option<ChatInputs>,
 }
 
 impl std::fmt::Debug for Classifier {
@@ -115,7 +122,13 @@ impl std::fmt::Debug for Classifier {
 impl Classifier {
     /// The head of the BERT-family checkpoint in `dir` on its loaded
     /// encoder, checked against the labels its config declares.
-    pub(crate) fn new(encoder: Encoder, dir: &Path, activation: Activation) -> Result<Self, Error> {
+    pub(crate) fn new(
+        encoder: Encoder,
+        dir: &Path,
+        activation: Activation,
+        prompt: String,
+        chat: Option<ChatInputs>,
+    ) -> Result<Self, Error> {
         let head = Head::read(&encoder.weights()?, encoder.hidden_size())?;
         let config_path = dir.join("config.json");
         if let Some(declared) = declared_labels(&config_path)?
@@ -142,6 +155,8 @@ impl Classifier {
             encoder,
             head,
             activation,
+            prompt,
+            chat,
         })
     }
 
@@ -160,13 +175,37 @@ impl Classifier {
         self.activation
     }
 
-    /// The model's input for each (query, document) pair, after truncation.
+    /// The model's input for each (query, document) pair, after truncation:
+    /// the pair rendered through the chat template (one segment), or the
+    /// query (after the prompt) and the document as the tokenizer pairs them.
     pub fn tokenize<A, B>(&self, pairs: &[(A, B)]) -> Result<Vec<Tokens>, Error>
     where
         A: AsRef<str> + Sync,
         B: AsRef<str> + Sync,
     {
-        self.encoder.tokenize_pairs(pairs)
+        if let Some(chat) = &self.chat {
+            return Ok(chat
+                .tokenize_pairs(self.encoder.tokenization(), pairs, &self.prompt)?
+                .into_iter()
+                .map(|ids| Tokens {
+                    types: vec![0; ids.len()],
+                    ids,
+                })
+                .collect());
+        }
+        if self.prompt.is_empty() {
+            return self.encoder.tokenize_pairs(pairs);
+        }
+        let prompted: Vec<(String, &str)> = pairs
+            .iter()
+            .map(|(q, d)| (format!("{}{}", self.prompt, q.as_ref()), d.as_ref()))
+            .collect();
+        self.encoder.tokenize_pairs(&prompted)
+    }
+
+    /// The chat template pairs are rendered through, where they are.
+    pub fn chat(&self) -> Option<&ChatInputs> {
+        self.chat.as_ref()
     }
 
     /// The logits of each pair, [`Classifier::labels`] per pair, in input order.
@@ -215,7 +254,7 @@ impl Classifier {
 impl Reranker for Classifier {
     fn describe(&self) -> String {
         format!(
-            "{} (cross-encoder, {} label{}, {}, max {} tokens) on {}",
+            "{} (cross-encoder, {} label{}, {}, max {} tokens{}) on {}",
             self.encoder.dir().display(),
             self.labels(),
             if self.labels() == 1 { "" } else { "s" },
@@ -225,6 +264,7 @@ impl Reranker for Classifier {
                 _ => "label 1's logit",
             },
             self.encoder.max_length(),
+            crate::chat_words(self.chat.as_ref(), &self.prompt),
             self.encoder.device()
         )
     }

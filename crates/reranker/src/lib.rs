@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use embedder::chat::ChatInputs;
 use embedder::{AttentionKernel, Backend, Encoder, EncoderOptions, ModelConfig, Precision, Tokens};
 use eval::{Run, ScoredDoc};
 
@@ -307,6 +308,13 @@ impl CrossEncoder {
     /// Loads a reranker from a local directory (`config.json`,
     /// `tokenizer.json`, the weights; `tokenizer_config.json` for the
     /// default maximum length). Its kind is detected from the checkpoint.
+    ///
+    /// A directory saved by sentence-transformers 6.x's `CrossEncoder` is
+    /// read as it reads it: its default prompt (the instruction, where
+    /// given, instead), and pairs rendered through the tokenizer's chat
+    /// template where the `message` modality is listed (a `query` and a
+    /// `document` message; see [`embedder::chat::ChatInputs`]); a causal
+    /// language model with a `LogitScore` module is scored by its tokens.
     pub fn from_dir(dir: &Path, options: RerankerOptions) -> Result<Self, Error> {
         let encoder_options = EncoderOptions {
             max_length: options.max_length,
@@ -316,13 +324,68 @@ impl CrossEncoder {
             task: None,
             attention_kernel: options.attention_kernel,
         };
-        let default_length = embedder::config::tokenizer_max_length(dir)?;
+        let st = embedder::config::SentenceTransformersConfig::read(dir)?;
+        let default_length = match st.max_seq_length {
+            Some(n) => Some(n),
+            None => embedder::config::tokenizer_max_length(dir)?,
+        };
         let encoder = Encoder::from_dir(dir, &encoder_options, default_length)?;
+        // sentence-transformers' default prompt, unless one is given.
+        let prompt = match (&options.instruction, &st.default_prompt_name) {
+            (Some(instruction), _) => instruction.clone(),
+            (None, Some(name)) => st.prompt(dir, name)?.to_owned(),
+            (None, None) => String::new(),
+        };
         Ok(match encoder.config() {
             ModelConfig::Bert(_) => {
-                Self::Classifier(Classifier::new(encoder, dir, options.activation)?)
+                if st.logit_score.is_some() {
+                    return Err(Error::format(
+                        &dir.join("modules.json"),
+                        "a LogitScore module on an encoder: it scores a causal language model's tokens",
+                    ));
+                }
+                let chat = ChatInputs::load_pairs(
+                    dir,
+                    &st,
+                    encoder.config().family(),
+                    encoder.tokenization(),
+                    &prompt,
+                )?;
+                Self::Classifier(Classifier::new(
+                    encoder,
+                    dir,
+                    options.activation,
+                    prompt,
+                    chat,
+                )?)
             }
-            _ => Self::YesNo(YesNo::new(encoder, options.instruction)?),
+            _ => match st.logit_score {
+                // A plain checkpoint (or one saved without LogitScore): the
+                // official Qwen3-Reranker protocol.
+                None => Self::YesNo(YesNo::new(encoder, options.instruction)?),
+                Some((yes, no)) => {
+                    let no = no.ok_or_else(|| {
+                        Error::format(
+                            &dir.join("modules.json"),
+                            "LogitScore without a false_token_id (the score is one token's logit) is not supported; a yes/no reranker scores logit(yes) - logit(no)",
+                        )
+                    })?;
+                    let chat = ChatInputs::load_pairs(
+                        dir,
+                        &st,
+                        encoder.config().family(),
+                        encoder.tokenization(),
+                        &prompt,
+                    )?
+                    .ok_or_else(|| {
+                        Error::format(
+                            &dir.join("sentence_bert_config.json"),
+                            "a causal language model scored by LogitScore without the message modality (a chat template) reads a pair as plain text, which is not supported",
+                        )
+                    })?;
+                    Self::YesNo(YesNo::with_chat(encoder, [no, yes], prompt, chat)?)
+                }
+            },
         })
     }
 
@@ -450,6 +513,23 @@ impl Reranker for CrossEncoder {
     ) -> Result<Vec<f32>, Error> {
         self.score(pairs, progress)
     }
+}
+
+/// How a cross-encoder's pairs are written, for its one-line description:
+/// the chat template they are rendered through, and the prompt.
+pub(crate) fn chat_words(chat: Option<&ChatInputs>, prompt: &str) -> String {
+    let mut words = String::new();
+    if let Some(chat) = chat {
+        words.push_str(&format!(
+            ", pairs rendered through the chat template of {} ({} messages)",
+            chat.template().path().display(),
+            chat.format().name()
+        ));
+    }
+    if !prompt.is_empty() {
+        words.push_str(&format!(", prompt {prompt:?}"));
+    }
+    words
 }
 
 /// Interpolates a reranked run with the first stage it reranked: within

@@ -121,6 +121,13 @@ impl RemoteReranker {
 
         let (tokens, detected) = match &options.model_dir {
             Some(dir) => {
+                let st = embedder::config::SentenceTransformersConfig::read(dir)?;
+                if st.message.is_some() || st.logit_score.is_some() {
+                    return Err(Error::Invalid(format!(
+                        "{}: this cross-encoder renders its pairs through a chat template (sentence-transformers 6.x's message modality), which a served reranker is not sent yet; run it locally",
+                        dir.display()
+                    )));
+                }
                 let default_length = embedder::config::tokenizer_max_length(dir)?;
                 let tokens = Tokenization::from_dir(dir, options.max_length, default_length)?;
                 let kind = match tokens.config() {

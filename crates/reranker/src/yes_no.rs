@@ -10,6 +10,7 @@
 //! [`Template`] is the protocol alone (what the model reads), shared with
 //! the client of a served yes/no reranker, which sends it as text.
 
+use embedder::chat::ChatInputs;
 use embedder::{Encoder, Pooling, Tokenization, Tokens};
 
 use crate::{Error, Reranker, dot, sigmoid};
@@ -163,6 +164,10 @@ pub struct YesNo {
     template: Template,
     /// Rows "no" then "yes" of the head (`2 × hidden`).
     rows: Vec<f32>,
+    /// A directory saved by sentence-transformers' `CrossEncoder` with a
+    /// `LogitScore` module: pairs rendered through its chat template with
+    /// this prompt, instead of [`Template`].
+    chat: Option<(ChatInputs, String)>,
 }
 
 impl std::fmt::Debug for YesNo {
@@ -190,7 +195,22 @@ impl YesNo {
             rows: encoder.lm_head_rows(&ids)?,
             template: Template::new(encoder.tokenization(), instruction)?,
             encoder,
+            chat: None,
         })
+    }
+
+    /// A `CrossEncoder` save with `LogitScore`: the (false, true) token rows
+    /// of its head, pairs rendered through `chat` with `prompt`.
+    pub(crate) fn with_chat(
+        encoder: Encoder,
+        ids: [u32; 2],
+        prompt: String,
+        chat: ChatInputs,
+    ) -> Result<Self, Error> {
+        let mut model = Self::new(encoder, Some(prompt.clone()))?;
+        model.rows = model.encoder.lm_head_rows(&ids)?;
+        model.chat = Some((chat, prompt));
+        Ok(model)
     }
 
     /// The encoder.
@@ -209,7 +229,22 @@ impl YesNo {
         A: AsRef<str> + Sync,
         B: AsRef<str> + Sync,
     {
-        self.template.tokenize(self.encoder.tokenization(), pairs)
+        match &self.chat {
+            Some((chat, prompt)) => Ok(chat
+                .tokenize_pairs(self.encoder.tokenization(), pairs, prompt)?
+                .into_iter()
+                .map(|ids| Tokens {
+                    ids,
+                    types: Vec::new(),
+                })
+                .collect()),
+            None => self.template.tokenize(self.encoder.tokenization(), pairs),
+        }
+    }
+
+    /// The chat template pairs are rendered through, where they are.
+    pub fn chat(&self) -> Option<&ChatInputs> {
+        self.chat.as_ref().map(|(c, _)| c)
     }
 
     /// The ("no", "yes") logits of each pair, in input order.
@@ -254,9 +289,13 @@ impl YesNo {
 impl Reranker for YesNo {
     fn describe(&self) -> String {
         format!(
-            "{} (yes/no decoder, P(yes), max {} tokens) on {}",
+            "{} (yes/no decoder, P(yes), max {} tokens{}) on {}",
             self.encoder.dir().display(),
             self.encoder.max_length(),
+            match &self.chat {
+                Some((chat, prompt)) => crate::chat_words(Some(chat), prompt),
+                None => String::new(),
+            },
             self.encoder.device()
         )
     }
