@@ -1135,8 +1135,8 @@ fn rerank_renders_pairs_through_a_cross_encoders_chat_template() {
     let reranked = read_run(&output);
     assert!(!reranked.is_empty());
     // Each score is the library's logit for the pair pipeline builds.
-    let model = reranker::CrossEncoder::from_dir(&model, reranker::RerankerOptions::default())
-        .unwrap();
+    let model =
+        reranker::CrossEncoder::from_dir(&model, reranker::RerankerOptions::default()).unwrap();
     let data = eval::Dataset::load(&tiny, "test").unwrap();
     for (qid, sid, score) in &reranked {
         let query = &data.queries.iter().find(|q| &q.id == qid).unwrap().text;
@@ -1145,7 +1145,10 @@ fn rerank_renders_pairs_through_a_cross_encoders_chat_template() {
         let want = model
             .score(&[(query.as_str(), skill.as_str())], &|_| {})
             .unwrap()[0];
-        assert!((f64::from(want) - score).abs() < 1e-5, "{qid} {sid}: {score} vs {want}");
+        assert!(
+            (f64::from(want) - score).abs() < 1e-5,
+            "{qid} {sid}: {score} vs {want}"
+        );
     }
 }
 

@@ -663,9 +663,11 @@ mod tests {
             "{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}{{ task }}|{% if add_generation_prompt %}GEN{% endif %}|{{ enable_thinking }}",
             "t.jinja",
         );
-        let mut st = SentenceTransformersConfig::default();
-        st.message = Some(MessageFormat::Flat);
-        st.has_modules = true;
+        let mut st = SentenceTransformersConfig {
+            message: Some(MessageFormat::Flat),
+            has_modules: true,
+            ..Default::default()
+        };
         st.chat_kwargs
             .insert("add_generation_prompt".to_owned(), serde_json::json!(true));
         st.chat_kwargs
