@@ -336,6 +336,15 @@ impl CrossEncoder {
             (None, Some(name)) => st.prompt(dir, name)?.to_owned(),
             (None, None) => String::new(),
         };
+        let load_chat = |encoder: &Encoder| {
+            ChatInputs::load_pairs(
+                dir,
+                &st,
+                encoder.config().family(),
+                encoder.tokenization(),
+                &prompt,
+            )
+        };
         Ok(match encoder.config() {
             ModelConfig::Bert(_) => {
                 if st.logit_score.is_some() {
@@ -344,13 +353,7 @@ impl CrossEncoder {
                         "a LogitScore module on an encoder: it scores a causal language model's tokens",
                     ));
                 }
-                let chat = ChatInputs::load_pairs(
-                    dir,
-                    &st,
-                    encoder.config().family(),
-                    encoder.tokenization(),
-                    &prompt,
-                )?;
+                let chat = load_chat(&encoder)?;
                 Self::Classifier(Classifier::new(
                     encoder,
                     dir,
@@ -370,14 +373,7 @@ impl CrossEncoder {
                             "LogitScore without a false_token_id (the score is one token's logit) is not supported; a yes/no reranker scores logit(yes) - logit(no)",
                         )
                     })?;
-                    let chat = ChatInputs::load_pairs(
-                        dir,
-                        &st,
-                        encoder.config().family(),
-                        encoder.tokenization(),
-                        &prompt,
-                    )?
-                    .ok_or_else(|| {
+                    let chat = load_chat(&encoder)?.ok_or_else(|| {
                         Error::format(
                             &dir.join("sentence_bert_config.json"),
                             "a causal language model scored by LogitScore without the message modality (a chat template) reads a pair as plain text, which is not supported",
