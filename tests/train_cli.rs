@@ -234,6 +234,140 @@ fn a_run_killed_with_sigkill_resumes_to_the_weights_of_an_uninterrupted_one() {
 }
 
 /// A labelled split `train` beside the tiny fixture's skills.
+/// A cross-encoder saved by sentence-transformers 6.3 with a chat template
+/// (the message modality and a default prompt) trains on its pairs rendered
+/// through the template, as it reads them when it reranks, and the trained
+/// model keeps the template, the modality and the prompt: the reranker reads
+/// it the same way.
+#[test]
+fn a_cross_encoder_with_a_chat_template_trains_on_its_rendered_pairs_and_keeps_them() {
+    let (Some(base), Some(minilm)) = (
+        installed("test-bert-cross-encoder-chat"),
+        installed("all-MiniLM-L6-v2"),
+    ) else {
+        eprintln!("skipping: run python3 scripts/make_chat_models.py");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write(
+        dir.path(),
+        "t.toml",
+        &config(&base, &minilm, "", &dir.path().join("cache"))
+            .replace("single = 4\ncomposed = 12", "single = 2\ncomposed = 2"),
+    );
+    let out = dir.path().join("model");
+    let trained = pipeline(&["train", "--config", path(&cfg), "--out", path(&out)]);
+    let err = text(&trained.stderr);
+    assert!(trained.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "rendered through the chat template of {}",
+            base.join("chat_template.jinja").display()
+        )),
+        "{err}"
+    );
+    for f in [
+        "chat_template.jinja",
+        "modules.json",
+        "sentence_bert_config.json",
+        "config_sentence_transformers.json",
+    ] {
+        assert_eq!(
+            std::fs::read(out.join(f)).unwrap(),
+            std::fs::read(base.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    let rerank = pipeline(&[
+        "rerank",
+        "--model",
+        path(&out),
+        "--data",
+        path(&root().join("tests/fixtures/tiny")),
+        "--run",
+        path(&root().join("tests/fixtures/tiny/runs/lexical.run.trec")),
+        "--top-n",
+        "2",
+        "--output",
+        path(&dir.path().join("reranked.trec")),
+    ]);
+    let err = text(&rerank.stderr);
+    assert!(rerank.status.success(), "{err}");
+    assert!(
+        err.contains("pairs rendered through the chat template of")
+            && err.contains("prompt \"Rank the skill for the request.\""),
+        "{err}"
+    );
+}
+
+/// A bi-encoder base whose sentence_bert_config.json lists the message
+/// modality trains on its texts rendered through the chat template, and the
+/// trained model keeps both: `pipeline embed` renders through it.
+#[test]
+fn a_bi_encoder_with_a_chat_template_trains_on_its_rendered_texts_and_keeps_them() {
+    let Some(minilm) = installed("all-MiniLM-L6-v2") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("minilm-chat");
+    std::fs::create_dir_all(base.join("1_Pooling")).unwrap();
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "modules.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.txt",
+        "1_Pooling/config.json",
+    ] {
+        std::fs::copy(minilm.join(f), base.join(f)).unwrap();
+    }
+    std::fs::write(
+        base.join("chat_template.jinja"),
+        "{{ cls_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}{% endfor %}{{ sep_token }}",
+    )
+    .unwrap();
+    let sbert = r#"{"transformer_task": "feature-extraction", "modality_config": {"text": {"method": "forward", "method_output_name": "last_hidden_state"}, "message": {"method": "forward", "method_output_name": "last_hidden_state", "format": "flat"}}, "module_output_name": "token_embeddings"}"#;
+    std::fs::write(base.join("sentence_bert_config.json"), sbert).unwrap();
+    let cfg = write(
+        dir.path(),
+        "t.toml",
+        &config(&base, &minilm, "", &dir.path().join("cache"))
+            .replace("cross-encoder", "bi-encoder")
+            .replace("single = 4\ncomposed = 12", "single = 2\ncomposed = 2"),
+    );
+    let out = dir.path().join("model");
+    let trained = pipeline(&["train", "--config", path(&cfg), "--out", path(&out)]);
+    let err = text(&trained.stderr);
+    assert!(trained.status.success(), "{err}");
+    assert!(
+        err.contains("rendered through the chat template of"),
+        "{err}"
+    );
+    let saved: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("sentence_bert_config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(saved["modality_config"]["message"]["format"], "flat");
+    assert!(out.join("chat_template.jinja").is_file());
+    let input = write(dir.path(), "texts.jsonl", "\"merge two PDF reports\"\n");
+    let embed = pipeline(&[
+        "embed",
+        "--model",
+        path(&out),
+        "--input",
+        path(&input),
+        "--output",
+        path(&dir.path().join("v.jsonl")),
+    ]);
+    let err = text(&embed.stderr);
+    assert!(embed.status.success(), "{err}");
+    assert!(
+        err.contains("rendered through the chat template of"),
+        "{err}"
+    );
+}
+
 fn labelled(dir: &Path, queries: &str, qrels: &str) -> PathBuf {
     let data = dir.join("data");
     for sub in ["skills", "queries", "qrels"] {

@@ -243,7 +243,7 @@ impl ChatInputs {
     /// format resolved for the model `family`, and the endings of both
     /// kinds' conversations. Asking for messages without a template is an
     /// error.
-    pub(crate) fn load(
+    pub fn load(
         dir: &Path,
         st: &SentenceTransformersConfig,
         family: &str,
@@ -458,7 +458,7 @@ impl ChatInputs {
     /// Token ids of texts of `kind` (with their `prompt`): rendered,
     /// tokenised as they are, cut to the maximum length with the ending
     /// written back over the last tokens.
-    pub(crate) fn tokenize<S: AsRef<str> + Sync>(
+    pub fn tokenize<S: AsRef<str> + Sync>(
         &self,
         tokens: &Tokenization,
         texts: &[S],

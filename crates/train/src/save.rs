@@ -34,6 +34,25 @@ const SENTENCE_TRANSFORMERS_FILES: [&str; 3] = [
     "1_Pooling/config.json",
 ];
 
+/// sentence-transformers' files of a cross-encoder it saved (6.x: the
+/// modalities, with the chat template's `message`; the prompts and the
+/// activation), kept for a cross-encoder trained from one.
+const CROSS_ENCODER_FILES: [&str; 3] = [
+    "modules.json",
+    "sentence_bert_config.json",
+    "config_sentence_transformers.json",
+];
+
+/// Whether `dir` was saved by sentence-transformers' `CrossEncoder`
+/// (`config_sentence_transformers.json`'s `model_type`).
+pub fn is_cross_encoder(dir: &Path) -> Result<bool> {
+    let path = dir.join("config_sentence_transformers.json");
+    if !path.is_file() {
+        return Ok(false);
+    }
+    Ok(read_json(&path)?.get("model_type").and_then(Value::as_str) == Some("CrossEncoder"))
+}
+
 /// A tensor's f32 bytes for safetensors.
 struct F32Tensor {
     shape: Vec<usize>,
@@ -197,6 +216,11 @@ pub fn save_model(
                         format!("bert.{}", p.name)
                     };
                     tensors.push((name, p.var.as_tensor().clone()));
+                }
+                if is_cross_encoder(base)? {
+                    for name in CROSS_ENCODER_FILES {
+                        copy_if_present(&base.join(name), &dir.join(name))?;
+                    }
                 }
             }
         }

@@ -13,7 +13,10 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use candle_core::Device;
-use embedder::{EmbedderOptions, Encoder, EncoderOptions, Kind, Tokens};
+use embedder::chat::ChatInputs;
+use embedder::{
+    EmbedderOptions, Encoder, EncoderOptions, Kind, Prompts, SentenceTransformersConfig, Tokens,
+};
 use eval::Skill;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -97,18 +100,6 @@ pub(crate) fn run(args: &TrainArgs) -> Result<()> {
         Objective::BiEncoder => Head::MeanPooling,
         Objective::CrossEncoder => Head::Classifier,
     };
-    // Training tokenises texts as they are; a base that renders them through
-    // a chat template (sentence-transformers 6.3's message modality) would be
-    // trained on other inputs than it embeds.
-    if embedder::SentenceTransformersConfig::read(&base_dir)?
-        .message
-        .is_some()
-    {
-        bail!(
-            "{}: sentence_bert_config.json renders texts through a chat template (modality_config.message), which training does not do: train from a base without it",
-            base_dir.display()
-        );
-    }
     let model = Bert::load(
         &base_dir,
         &LoadOptions {
@@ -396,11 +387,43 @@ fn tokenize(
         None,
     )
     .with_context(|| format!("loading the tokenizer of {}", base.display()))?;
+    // A base saved with sentence-transformers 6.x's message modality reads
+    // its inputs through the chat template: it is trained on them too (texts
+    // as user messages with their kind's task, pairs as query/document
+    // messages), and the saved model keeps the template and the modality.
+    let st = SentenceTransformersConfig::read(base)?;
+    let family = encoder.config().family();
+    let ids_to_tokens = |ids: Vec<Vec<u32>>| -> Vec<Tokens> {
+        ids.into_iter()
+            .map(|ids| Tokens {
+                types: vec![0; ids.len()],
+                ids,
+            })
+            .collect()
+    };
+    let template;
     let examples: Vec<Example> = match settings.objective {
         Objective::BiEncoder => {
+            let chat = ChatInputs::load(
+                base,
+                &st,
+                family,
+                encoder.tokenization(),
+                &Prompts::default(),
+            )?;
+            let tokenize = |texts: &[&str], kind: Kind| -> Result<Vec<Tokens>> {
+                Ok(match &chat {
+                    Some(chat) => {
+                        ids_to_tokens(chat.tokenize(encoder.tokenization(), texts, "", kind)?)
+                    }
+                    None => encoder.tokenize(texts)?,
+                })
+            };
+            template = chat.as_ref().map(|c| c.template().path().to_path_buf());
             let queries: Vec<&str> = samples.iter().map(|s| s.query.as_str()).collect();
-            let anchors = encoder.tokenize(&queries)?;
-            let docs = encoder.tokenize(documents)?;
+            let documents: Vec<&str> = documents.iter().map(String::as_str).collect();
+            let anchors = tokenize(&queries, Kind::Query)?;
+            let docs = tokenize(&documents, Kind::Document)?;
             samples
                 .iter()
                 .zip(anchors)
@@ -412,6 +435,17 @@ fn tokenize(
                 .collect()
         }
         Objective::CrossEncoder => {
+            // A cross-encoder saved by sentence-transformers reads its
+            // default prompt before each query, as the reranker does.
+            let prompt = match (
+                &st.default_prompt_name,
+                train::save::is_cross_encoder(base)?,
+            ) {
+                (Some(name), true) => st.prompt(base, name)?.to_owned(),
+                _ => String::new(),
+            };
+            let chat = ChatInputs::load_pairs(base, &st, family, encoder.tokenization(), &prompt)?;
+            template = chat.as_ref().map(|c| c.template().path().to_path_buf());
             let mut examples = Vec::with_capacity(samples.len());
             for s in samples {
                 let pairs: Vec<(&str, &str)> = s
@@ -422,10 +456,22 @@ fn tokenize(
                     .collect();
                 let mut labels = vec![1.0f32; s.positives.len()];
                 labels.resize(pairs.len(), 0.0);
-                examples.push(Example::Pairs {
-                    pairs: encoder.tokenize_pairs(&pairs)?,
-                    labels,
-                });
+                let pairs = match &chat {
+                    Some(chat) => ids_to_tokens(chat.tokenize_pairs(
+                        encoder.tokenization(),
+                        &pairs,
+                        &prompt,
+                    )?),
+                    None if prompt.is_empty() => encoder.tokenize_pairs(&pairs)?,
+                    None => {
+                        let prompted: Vec<(String, &str)> = pairs
+                            .iter()
+                            .map(|(q, d)| (format!("{prompt}{q}"), *d))
+                            .collect();
+                        encoder.tokenize_pairs(&prompted)?
+                    }
+                };
+                examples.push(Example::Pairs { pairs, labels });
             }
             examples
         }
@@ -435,9 +481,13 @@ fn tokenize(
         "tokenize",
         started,
         format!(
-            "{} examples, {tokens} tokens (max {} per sequence)",
+            "{} examples, {tokens} tokens (max {} per sequence){}",
             examples.len(),
-            settings.max_length
+            settings.max_length,
+            template.map_or_else(String::new, |path| format!(
+                ", rendered through the chat template of {}",
+                path.display()
+            ))
         ),
     ));
     summary(timings.last());
