@@ -373,6 +373,10 @@ impl Embeddings {
     pub fn as_slice(&self) -> &[f32] {
         &self.data
     }
+    /// The vectors row after row, as one vector (no copy).
+    pub fn into_vec(self) -> Vec<f32> {
+        self.data
+    }
     /// The vectors as rows.
     pub fn rows(&self) -> impl Iterator<Item = &[f32]> {
         self.data.chunks_exact(self.dim.max(1))
@@ -429,6 +433,8 @@ pub struct LocalEmbedder {
     /// non-zero only where the Pooling module says `include_prompt = false`
     /// (or NV-Embed masks its instruction).
     skip: [usize; 2],
+    /// The Pooling module's `include_prompt`.
+    include_prompt: bool,
     /// Appended to every text (NV-Embed's end-of-sequence token).
     suffix: String,
     /// NV-Embed's official groups: their size and the sliding window.
@@ -490,17 +496,8 @@ impl LocalEmbedder {
             &prompts,
         )?;
         let mut skip = [0; 2];
-        // The message modality records no prompt length: pooling counts
-        // the prompt's tokens whatever the Pooling module says.
-        if !st.include_prompt && chat.is_none() {
-            // As sentence-transformers measures a prompt: its tokens alone,
-            // less a special token the tokenizer appends.
-            for (slot, prompt) in skip.iter_mut().zip([&prompts.query, &prompts.document]) {
-                if !prompt.is_empty() {
-                    let n = encoder.tokenize(&[prompt.as_str()])?[0].ids.len();
-                    *slot = n - usize::from(encoder.appends_special() && n > 0);
-                }
-            }
+        for (slot, prompt) in skip.iter_mut().zip([&prompts.query, &prompts.document]) {
+            *slot = prompt_skip(&encoder, st.include_prompt, chat.is_some(), prompt)?;
         }
         let mut normalize = options.normalize.or(st.normalize).unwrap_or(true);
         let mut suffix = String::new();
@@ -546,6 +543,7 @@ impl LocalEmbedder {
             encoder,
             pooling,
             normalize,
+            include_prompt: st.include_prompt,
             quantize: st.quantize,
             prompts,
             skip,
@@ -624,7 +622,17 @@ impl LocalEmbedder {
 
     /// Token ids of each text (prompt added, truncated), as the model sees them.
     pub fn tokenize<S: AsRef<str> + Sync>(&self, texts: &[S], kind: Kind) -> Result<Vec<Vec<u32>>> {
-        let prompt = self.prompt(kind);
+        self.tokenize_with_prompt(texts, self.prompt(kind), kind)
+    }
+
+    /// [`LocalEmbedder::tokenize`] with `prompt` in place of the kind's own
+    /// (sentence-transformers' `encode(prompt=...)`).
+    pub fn tokenize_with_prompt<S: AsRef<str> + Sync>(
+        &self,
+        texts: &[S],
+        prompt: &str,
+        kind: Kind,
+    ) -> Result<Vec<Vec<u32>>> {
         if let Some(chat) = &self.chat {
             return chat.tokenize(self.encoder.tokenization(), texts, prompt, kind);
         }
@@ -658,6 +666,36 @@ impl LocalEmbedder {
         self.embed_tokens(&ids, kind, progress)
     }
 
+    /// Embeds texts of `kind` with `prompt` in place of the kind's own
+    /// (sentence-transformers' `encode(prompt=...)`): the same vectors as
+    /// [`LocalEmbedder::embed_with_progress`] where it is the kind's prompt.
+    pub fn embed_with_prompt<S: AsRef<str> + Sync>(
+        &self,
+        texts: &[S],
+        prompt: &str,
+        kind: Kind,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Embeddings> {
+        let ids = self.tokenize_with_prompt(texts, prompt, kind)?;
+        let skip = if prompt == self.prompt(kind) {
+            self.skip[usize::from(kind == Kind::Document)]
+        } else {
+            match self.encoder.config() {
+                ModelConfig::NvEmbed(c) if c.mask_instruction => {
+                    self.encoder.token_ids(prompt)?.len()
+                }
+                ModelConfig::NvEmbed(_) => 0,
+                _ => prompt_skip(
+                    &self.encoder,
+                    self.include_prompt,
+                    self.chat.is_some(),
+                    prompt,
+                )?,
+            }
+        };
+        self.embed_ids(&ids, skip, progress)
+    }
+
     /// The quantizer applied after pooling (and normalising), if any.
     pub fn quantize(&self) -> Option<config::Quantize> {
         self.quantize
@@ -670,6 +708,20 @@ impl LocalEmbedder {
         kind: Kind,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Embeddings> {
+        self.embed_ids(
+            ids,
+            self.skip[usize::from(kind == Kind::Document)],
+            progress,
+        )
+    }
+
+    /// Embeds token ids, pooling without their first `skip` tokens.
+    fn embed_ids(
+        &self,
+        ids: &[Vec<u32>],
+        skip: usize,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Embeddings> {
         let inputs: Vec<Tokens> = ids
             .iter()
             .map(|ids| Tokens {
@@ -677,7 +729,6 @@ impl LocalEmbedder {
                 types: Vec::new(),
             })
             .collect();
-        let skip = self.skip[usize::from(kind == Kind::Document)];
         let pool = models::Pool::new(self.pooling, skip);
         let mut data = match self.official_groups {
             None => self.encoder.encode(&inputs, pool, progress)?,
@@ -696,6 +747,19 @@ impl LocalEmbedder {
         }
         Ok(Embeddings { data, dim })
     }
+}
+
+/// The leading tokens of a text that pooling leaves out for its `prompt`:
+/// none unless the Pooling module says `include_prompt = false` (and the
+/// message modality, which records no prompt length, is off); then, as
+/// sentence-transformers measures a prompt, its tokens alone less a special
+/// token the tokenizer appends.
+fn prompt_skip(encoder: &Encoder, include_prompt: bool, chat: bool, prompt: &str) -> Result<usize> {
+    if include_prompt || chat || prompt.is_empty() {
+        return Ok(0);
+    }
+    let n = encoder.tokenize(&[prompt])?[0].ids.len();
+    Ok(n - usize::from(encoder.appends_special() && n > 0))
 }
 
 impl LocalEmbedder {
