@@ -1,0 +1,500 @@
+//! The `skillret` Python package's native module (`skillret._skillret`):
+//! the embedder, the rerankers and the metrics of the Rust crates behind
+//! sentence-transformers' and pytrec_eval's calling conventions. Nothing but
+//! conversions lives here; every rule is the crates' own. Inference runs with
+//! the GIL released, so two Python threads can embed at once.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use numpy::{PyArray1, PyArray2, PyArrayMethods};
+use pyo3::exceptions::{PyFileNotFoundError, PyValueError};
+use pyo3::prelude::*;
+
+use embedder::{Backend, EmbedderOptions, Kind, LocalEmbedder, Precision};
+use eval::metrics::{Options, evaluate as score};
+use eval::{Qrels, Run, ScoredDoc};
+use reranker::{CrossEncoder as Reranker, RerankerOptions};
+
+/// An error of the crates as the Python exception that fits it, with the
+/// crates' message (which names the file, line and field).
+fn embedder_error(e: embedder::Error) -> PyErr {
+    match &e {
+        embedder::Error::MissingFile { .. } => PyFileNotFoundError::new_err(e.to_string()),
+        embedder::Error::Io { error, .. } if error.kind() == std::io::ErrorKind::NotFound => {
+            PyFileNotFoundError::new_err(e.to_string())
+        }
+        _ => PyValueError::new_err(e.to_string()),
+    }
+}
+
+fn eval_error(e: eval::Error) -> PyErr {
+    match &e {
+        eval::Error::Io { error, .. } if error.kind() == std::io::ErrorKind::NotFound => {
+            PyFileNotFoundError::new_err(e.to_string())
+        }
+        _ => PyValueError::new_err(e.to_string()),
+    }
+}
+
+/// A setting named as in the CLI and the configs (`"bf16"`, `"candle"`).
+fn named<T: serde::de::DeserializeOwned>(what: &str, name: &str) -> PyResult<T> {
+    serde_json::from_value(serde_json::Value::String(name.to_owned()))
+        .map_err(|e| PyValueError::new_err(format!("{what} {name:?}: {e}")))
+}
+
+fn parse_precision(precision: &str) -> PyResult<Precision> {
+    named("precision", precision)
+}
+
+fn parse_backend(device: &str, backend: Option<&str>) -> PyResult<Backend> {
+    let name = match (device, backend) {
+        (_, Some(b)) => b,
+        ("cpu", None) => "native",
+        ("cuda", None) => "cuda",
+        (other, None) => {
+            return Err(PyValueError::new_err(format!(
+                "device {other:?}: use \"cpu\" or \"cuda\""
+            )));
+        }
+    };
+    named("backend", name)
+}
+
+/// A model directory, or a Hub id at a pinned revision (cache first).
+fn model_dir(model: &str, revision: Option<&str>) -> PyResult<PathBuf> {
+    let path = Path::new(model);
+    match revision {
+        None if path.is_dir() => Ok(path.to_path_buf()),
+        None => Err(PyFileNotFoundError::new_err(format!(
+            "{model}: not a model directory (a Hub id needs revision=, a 40-hex commit)"
+        ))),
+        Some(rev) => embedder::hub::model_dir(model, rev, &embedder::hub::HubOptions::from_env())
+            .map_err(embedder_error),
+    }
+}
+
+/// One text or a list of texts, and whether one was given.
+fn texts_of(texts: &Bound<'_, PyAny>) -> PyResult<(Vec<String>, bool)> {
+    if let Ok(text) = texts.extract::<String>() {
+        return Ok((vec![text], true));
+    }
+    Ok((texts.extract::<Vec<String>>()?, false))
+}
+
+/// A bi-encoder: sentence-transformers' `SentenceTransformer` API on this
+/// project's engine.
+#[pyclass(frozen, module = "skillret")]
+struct Embedder {
+    inner: LocalEmbedder,
+}
+
+#[pymethods]
+impl Embedder {
+    #[new]
+    #[pyo3(signature = (model, precision = "f32", device = "cpu", max_length = None, revision = None, backend = None, batch_tokens = None))]
+    fn new(
+        py: Python<'_>,
+        model: &str,
+        precision: &str,
+        device: &str,
+        max_length: Option<usize>,
+        revision: Option<&str>,
+        backend: Option<&str>,
+        batch_tokens: Option<usize>,
+    ) -> PyResult<Self> {
+        let dir = model_dir(model, revision)?;
+        let mut options = EmbedderOptions::default()
+            .with_precision(parse_precision(precision)?)
+            .with_backend(parse_backend(device, backend)?);
+        if let Some(n) = max_length {
+            options = options.with_max_length(n);
+        }
+        if let Some(n) = batch_tokens {
+            options = options.with_batch_tokens(n);
+        }
+        let inner = py
+            .detach(|| LocalEmbedder::from_dir(&dir, options))
+            .map_err(embedder_error)?;
+        Ok(Self { inner })
+    }
+
+    /// Embeds `texts` (one string gives one vector) with the prompt named
+    /// `prompt_name` (one of the model's prompts) or the literal `prompt`;
+    /// without either, the model's default prompt if it names one, else
+    /// none. A float32 array, (texts, dim) or (dim,).
+    #[pyo3(signature = (texts, prompt_name = None, prompt = None, batch_size = None, normalize_embeddings = None, show_progress_bar = false, convert_to_numpy = true))]
+    #[allow(clippy::too_many_arguments)] // sentence-transformers' signature
+    fn encode<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &Bound<'py, PyAny>,
+        prompt_name: Option<&str>,
+        prompt: Option<&str>,
+        batch_size: Option<usize>,
+        normalize_embeddings: Option<bool>,
+        show_progress_bar: bool,
+        convert_to_numpy: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = (batch_size, show_progress_bar, convert_to_numpy);
+        let prompt = match (prompt, prompt_name) {
+            (Some(p), _) => p.to_owned(),
+            (None, Some(name)) => self.named_prompt(name)?,
+            (None, None) => String::new(),
+        };
+        self.embed(py, texts, &prompt, Kind::Query, normalize_embeddings)
+    }
+
+    /// Embeds queries with the model's query prompt (`encode_query`).
+    #[pyo3(signature = (texts, normalize_embeddings = None))]
+    fn encode_query<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &Bound<'py, PyAny>,
+        normalize_embeddings: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let prompt = self.inner.prompt(Kind::Query).to_owned();
+        self.embed(py, texts, &prompt, Kind::Query, normalize_embeddings)
+    }
+
+    /// Embeds documents with the model's document prompt (`encode_document`).
+    #[pyo3(signature = (texts, normalize_embeddings = None))]
+    fn encode_document<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &Bound<'py, PyAny>,
+        normalize_embeddings: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let prompt = self.inner.prompt(Kind::Document).to_owned();
+        self.embed(py, texts, &prompt, Kind::Document, normalize_embeddings)
+    }
+
+    /// Cosine similarity of every row of `a` with every row of `b`.
+    fn similarity<'py>(
+        &self,
+        py: Python<'py>,
+        a: numpy::PyReadonlyArray2<'py, f32>,
+        b: numpy::PyReadonlyArray2<'py, f32>,
+    ) -> PyResult<Bound<'py, PyArray2<f32>>> {
+        let (a, b) = (a.as_array(), b.as_array());
+        if a.ncols() != b.ncols() {
+            return Err(PyValueError::new_err(format!(
+                "similarity: vectors of {} and {} dimensions",
+                a.ncols(),
+                b.ncols()
+            )));
+        }
+        let norm = |row: numpy::ndarray::ArrayView1<'_, f32>| row.dot(&row).sqrt().max(1e-12);
+        let mut out = Vec::with_capacity(a.nrows() * b.nrows());
+        for x in a.rows() {
+            for y in b.rows() {
+                out.push(x.dot(&y) / (norm(x) * norm(y)));
+            }
+        }
+        PyArray1::from_vec(py, out).reshape([a.nrows(), b.nrows()])
+    }
+
+    /// The model's prompts, by name.
+    #[getter]
+    fn prompts(&self) -> HashMap<String, String> {
+        HashMap::from([
+            (
+                "query".to_owned(),
+                self.inner.prompt(Kind::Query).to_owned(),
+            ),
+            (
+                "document".to_owned(),
+                self.inner.prompt(Kind::Document).to_owned(),
+            ),
+        ])
+    }
+
+    /// Width of a vector.
+    #[getter]
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+
+    /// The maximum length in tokens.
+    #[getter]
+    fn max_seq_length(&self) -> usize {
+        self.inner.max_length()
+    }
+
+    /// What runs where, in words (the CLI's summary line).
+    fn __repr__(&self) -> String {
+        format!("Embedder({})", embedder::Embedder::describe(&self.inner))
+    }
+}
+
+impl Embedder {
+    fn named_prompt(&self, name: &str) -> PyResult<String> {
+        match name {
+            "query" => Ok(self.inner.prompt(Kind::Query).to_owned()),
+            "document" => Ok(self.inner.prompt(Kind::Document).to_owned()),
+            other => Err(PyValueError::new_err(format!(
+                "prompt_name {other:?}: this model's prompts are \"query\" and \"document\""
+            ))),
+        }
+    }
+
+    fn embed<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &Bound<'py, PyAny>,
+        prompt: &str,
+        kind: Kind,
+        normalize: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (texts, single) = texts_of(texts)?;
+        if normalize == Some(false) && self.inner.normalize() {
+            return Err(PyValueError::new_err(
+                "normalize_embeddings=False: this model normalises its vectors (its files list a Normalize module); load it with its own settings",
+            ));
+        }
+        let vectors = py
+            .detach(|| self.inner.embed_with_prompt(&texts, prompt, kind, &|_| {}))
+            .map_err(embedder_error)?;
+        let (rows, dim) = (vectors.len(), vectors.dim());
+        // The engine's buffer becomes the array's: no copy.
+        let mut data = vectors.into_vec();
+        if normalize == Some(true) {
+            for row in data.chunks_exact_mut(dim.max(1)) {
+                embedder::normalize(row);
+            }
+        }
+        let flat = PyArray1::from_vec(py, data);
+        Ok(if single {
+            flat.into_any()
+        } else {
+            flat.reshape([rows, dim])?.into_any()
+        })
+    }
+}
+
+/// A reranker: sentence-transformers' `CrossEncoder` API (cross-encoders
+/// and Qwen3 yes/no rerankers).
+#[pyclass(frozen, module = "skillret")]
+struct CrossEncoder {
+    inner: Reranker,
+}
+
+#[pymethods]
+impl CrossEncoder {
+    #[new]
+    #[pyo3(signature = (model, precision = "f32", device = "cpu", max_length = None, revision = None, backend = None, instruction = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        model: &str,
+        precision: &str,
+        device: &str,
+        max_length: Option<usize>,
+        revision: Option<&str>,
+        backend: Option<&str>,
+        instruction: Option<&str>,
+    ) -> PyResult<Self> {
+        let dir = model_dir(model, revision)?;
+        let mut options = RerankerOptions::default()
+            .with_precision(parse_precision(precision)?)
+            .with_backend(parse_backend(device, backend)?);
+        if let Some(n) = max_length {
+            options = options.with_max_length(n);
+        }
+        if let Some(text) = instruction {
+            options = options.with_instruction(text);
+        }
+        let inner = py
+            .detach(|| Reranker::from_dir(&dir, options))
+            .map_err(embedder_error)?;
+        Ok(Self { inner })
+    }
+
+    /// The score of each (query, document) pair, in order: a one-label
+    /// model's logit (its sigmoid with `activation_fn="sigmoid"`), a
+    /// two-label model's label 1 logit, a yes/no reranker's P(yes).
+    #[pyo3(signature = (pairs, activation_fn = None))]
+    fn predict<'py>(
+        &self,
+        py: Python<'py>,
+        pairs: Vec<(String, String)>,
+        activation_fn: Option<&str>,
+    ) -> PyResult<Bound<'py, PyArray1<f32>>> {
+        let scores = self.scores(py, &pairs, activation_fn)?;
+        Ok(PyArray1::from_vec(py, scores))
+    }
+
+    /// The documents ranked for `query`, best first: a list of
+    /// `{"corpus_id": index, "score": float}` (with `"text"` when
+    /// `return_documents`), the first `top_k` where given.
+    #[pyo3(signature = (query, documents, top_k = None, return_documents = false))]
+    fn rank<'py>(
+        &self,
+        py: Python<'py>,
+        query: String,
+        documents: Vec<String>,
+        top_k: Option<usize>,
+        return_documents: bool,
+    ) -> PyResult<Vec<Bound<'py, pyo3::types::PyDict>>> {
+        use pyo3::types::PyDictMethods;
+        let pairs: Vec<(String, String)> = documents
+            .iter()
+            .map(|d| (query.clone(), d.clone()))
+            .collect();
+        let scores = self.scores(py, &pairs, None)?;
+        let mut order: Vec<usize> = (0..scores.len()).collect();
+        // Best first; equal scores keep the documents' order (a stable sort, as Python's).
+        order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+        order
+            .into_iter()
+            .take(top_k.unwrap_or(usize::MAX))
+            .map(|i| {
+                let d = pyo3::types::PyDict::new(py);
+                d.set_item("corpus_id", i)?;
+                d.set_item("score", scores[i])?;
+                if return_documents {
+                    d.set_item("text", &documents[i])?;
+                }
+                Ok(d)
+            })
+            .collect()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "CrossEncoder({})",
+            reranker::Reranker::describe(&self.inner)
+        )
+    }
+}
+
+impl CrossEncoder {
+    fn scores(
+        &self,
+        py: Python<'_>,
+        pairs: &[(String, String)],
+        activation: Option<&str>,
+    ) -> PyResult<Vec<f32>> {
+        let mut scores = py
+            .detach(|| self.inner.score(pairs, &|_| {}))
+            .map_err(embedder_error)?;
+        match activation {
+            None | Some("identity") => {}
+            Some("sigmoid") => {
+                if self.inner.kind() == reranker::RerankerKind::YesNo {
+                    return Err(PyValueError::new_err(
+                        "activation_fn=\"sigmoid\": a yes/no reranker's score is already P(yes)",
+                    ));
+                }
+                for s in &mut scores {
+                    *s = 1.0 / (1.0 + (-*s).exp());
+                }
+            }
+            Some(other) => {
+                return Err(PyValueError::new_err(format!(
+                    "activation_fn {other:?}: \"identity\" or \"sigmoid\""
+                )));
+            }
+        }
+        Ok(scores)
+    }
+}
+
+/// Judgements: pytrec_eval's nested dict, or a path (TREC qrels, or a
+/// SkillRet data directory's qrels for `split`).
+fn qrels_of(value: &Bound<'_, PyAny>, split: &str) -> PyResult<Qrels> {
+    if let Ok(map) = value.extract::<HashMap<String, HashMap<String, i64>>>() {
+        let mut qrels = Qrels::default();
+        for (query, docs) in map {
+            qrels.ensure_query(&query);
+            for (doc, grade) in docs {
+                qrels.insert(query.clone(), doc, grade);
+            }
+        }
+        return Ok(qrels);
+    }
+    let path: PathBuf = value.extract()?;
+    let mut warnings = Vec::new();
+    Qrels::read(&path, split, &mut warnings).map_err(eval_error)
+}
+
+/// A run: pytrec_eval's nested dict of scores, or a path (TREC run, or the
+/// official output JSON).
+fn run_of(value: &Bound<'_, PyAny>, split: &str) -> PyResult<Run> {
+    if let Ok(map) = value.extract::<HashMap<String, HashMap<String, f64>>>() {
+        let mut run = Run::default();
+        for (query, docs) in map {
+            run.insert(
+                query,
+                docs.into_iter()
+                    .map(|(doc, score)| ScoredDoc::new(doc, score))
+                    .collect(),
+            );
+        }
+        return Ok(run);
+    }
+    let path: PathBuf = value.extract()?;
+    Run::read(&path, split).map_err(eval_error)
+}
+
+/// Scores `run` against `qrels` as `pipeline eval` does (trec_eval's rules,
+/// as pytrec_eval computes them): the official summary (`NDCG@10`, …,
+/// `MRR`, `queries`), with `ERR@k` and `RBP` when `extended`; with
+/// `per_query`, also `{"per_query": {query: {metric: value}}}`.
+#[pyfunction]
+#[pyo3(signature = (qrels, run, k = vec![5, 10, 15], metrics = None, per_query = false, extended = false, split = "test"))]
+#[allow(clippy::too_many_arguments)]
+fn evaluate<'py>(
+    py: Python<'py>,
+    qrels: &Bound<'py, PyAny>,
+    run: &Bound<'py, PyAny>,
+    k: Vec<usize>,
+    metrics: Option<Vec<String>>,
+    per_query: bool,
+    extended: bool,
+    split: &str,
+) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    use pyo3::types::{PyDict, PyDictMethods};
+    let qrels = qrels_of(qrels, split)?;
+    let run = run_of(run, split)?;
+    let options = Options::default().with_cutoffs(&k).map_err(eval_error)?;
+    let result = py.detach(|| score(&qrels, &run, &options));
+    let summary = result.summary_json(extended || metrics.is_some());
+    let out = PyDict::new(py);
+    for (name, value) in &summary {
+        if let Some(wanted) = &metrics
+            && name != "queries"
+            && !wanted
+                .iter()
+                .any(|m| name == m || name.starts_with(&format!("{m}@")))
+        {
+            continue;
+        }
+        match value.as_u64() {
+            Some(n) if name == "queries" => out.set_item(name, n)?,
+            _ => out.set_item(name, value.as_f64())?,
+        }
+    }
+    if per_query {
+        let table = PyDict::new(py);
+        for q in &result.per_query {
+            let row = PyDict::new(py);
+            for (metric, value) in result.metrics.iter().zip(&q.values) {
+                row.set_item(metric.to_string(), value)?;
+            }
+            table.set_item(&q.query_id, row)?;
+        }
+        out.set_item("per_query", table)?;
+    }
+    Ok(out)
+}
+
+/// The native module.
+#[pymodule]
+fn _skillret(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Embedder>()?;
+    m.add_class::<CrossEncoder>()?;
+    m.add_function(wrap_pyfunction!(evaluate, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,189 @@
+"""The skillret package against its references: sentence-transformers (vectors, cross-encoder scores),
+pytrec_eval and the official outputs (metrics), `pipeline embed` (the same bits), the GIL released during
+inference, and errors as Python exceptions with the CLI's messages.
+
+Models: scripts/fetch-models.sh (all-MiniLM-L6-v2), scripts/make_cross_encoders.py and
+scripts/make_chat_models.py (TEST models). Data: ../shared/skillret-sample (read, never copied).
+A test whose model, data or reference library is absent skips, saying what to run.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import skillret
+
+ROOT = Path(__file__).resolve().parents[3]
+MODELS = ROOT / "models"
+SAMPLE = ROOT.parent / "shared" / "skillret-sample"
+TEXTS = [
+    "hello world",
+    "Merge the quarterly tables of two PDF reports and check the totals",
+    "A skill that backs up a PostgreSQL database and restores it on demand",
+]
+
+
+def model(name, how="scripts/fetch-models.sh"):
+    path = MODELS / name
+    if not (path / "config.json").is_file():
+        pytest.skip(f"{path} is absent: run {how}")
+    return str(path)
+
+
+def sample():
+    if not (SAMPLE / "qrels" / "test.jsonl").is_file():
+        pytest.skip(f"{SAMPLE} is absent")
+    return SAMPLE
+
+
+def cosines(a, b):
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return (a * b).sum(axis=1)
+
+
+def test_vectors_equal_sentence_transformers():
+    st = pytest.importorskip("sentence_transformers")
+    path = model("all-MiniLM-L6-v2")
+    ours = skillret.Embedder(path)
+    theirs = st.SentenceTransformer(path, device="cpu")
+    for kind in ["query", "document"]:
+        a = getattr(ours, f"encode_{kind}")(TEXTS)
+        b = theirs.encode(TEXTS, convert_to_numpy=True)
+        assert a.dtype == np.float32 and a.shape == (len(TEXTS), 384)
+        assert cosines(a, b).min() >= 0.99999
+    one = ours.encode(TEXTS[0])
+    assert one.shape == (384,)
+    np.testing.assert_array_equal(one, ours.encode(TEXTS)[0])
+    sims = ours.similarity(ours.encode(TEXTS), ours.encode(TEXTS[:1]))
+    assert sims.shape == (3, 1) and abs(sims[0, 0] - 1.0) < 1e-6
+
+
+def test_prompts_follow_the_model_files():
+    path = model("multilingual-e5-small")
+    e5 = skillret.Embedder(path)
+    # e5's files name no prompts: a literal prompt is the text before the input.
+    a = e5.encode(["merge two PDF reports"], prompt="query: ")
+    b = e5.encode(["query: merge two PDF reports"])
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="prompt_name"):
+        e5.encode(["x"], prompt_name="no-such-prompt")
+
+
+def test_vectors_are_the_bits_of_pipeline_embed(tmp_path):
+    binary = os.environ.get("SKILLRET_PIPELINE") or shutil.which("pipeline")
+    if not binary:
+        pytest.skip("set SKILLRET_PIPELINE to the pipeline binary (target/release/pipeline)")
+    path = model("all-MiniLM-L6-v2")
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text("".join(json.dumps(t) + "\n" for t in TEXTS))
+    out = tmp_path / "v.jsonl"
+    subprocess.run(
+        [binary, "embed", "--model", path, "--kind", "query", "--input", str(texts), "--output", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    cli = np.array([json.loads(line) for line in out.read_text().splitlines()], dtype=np.float32)
+    np.testing.assert_array_equal(skillret.Embedder(path).encode_query(TEXTS), cli)
+
+
+def read_qrels(path):
+    qrels = {}
+    for line in open(path):
+        r = json.loads(line)
+        qrels.setdefault(r["query_id"], {})[r["skill_id"]] = int(r["relevance"])
+    return qrels
+
+
+def read_run(path):
+    run = {}
+    for line in open(path):
+        q, _, doc, _, score, _ = line.split()
+        run.setdefault(q, {})[doc] = float(score)
+    return run
+
+
+def test_evaluate_equals_pytrec_eval_and_the_official_outputs():
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    data = sample()
+    qrels = read_qrels(data / "qrels" / "test.jsonl")
+    for name in ["minilm", "bm25", "e5"]:
+        run = read_run(data / "reference" / f"{name}.run.trec")
+        ours = skillret.evaluate(qrels, run, per_query=True)
+        official = json.loads((data / "reference" / f"{name}.metrics.json").read_text())
+        for key, value in official.items():
+            if key in ours:
+                assert ours[key] == pytest.approx(value, abs=1e-12), (name, key)
+        # Per query, to the last bit pytrec_eval prints.
+        evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.5,10,15", "recall.5,10,15", "recip_rank"})
+        theirs = evaluator.evaluate(run)
+        assert ours["queries"] == len(theirs) == 24
+        for q, row in theirs.items():
+            for k in [5, 10, 15]:
+                assert ours["per_query"][q][f"NDCG@{k}"] == row[f"ndcg_cut_{k}"], (name, q, k)
+                assert ours["per_query"][q][f"Recall@{k}"] == row[f"recall_{k}"], (name, q, k)
+            assert ours["per_query"][q]["MRR"] == row["recip_rank"], (name, q)
+    # Paths work as dicts do; `metrics` keeps the named ones.
+    by_path = skillret.evaluate(
+        str(data / "qrels" / "test.jsonl"), str(data / "reference" / "minilm.run.trec"), metrics=["NDCG"]
+    )
+    assert set(by_path) == {"NDCG@5", "NDCG@10", "NDCG@15", "queries"}
+    assert by_path["NDCG@10"] == skillret.evaluate(qrels, read_run(data / "reference" / "minilm.run.trec"))["NDCG@10"]
+
+
+def test_cross_encoder_with_a_chat_template_scores_as_sentence_transformers_6_3():
+    path = model("test-bert-cross-encoder-chat", "scripts/make_chat_models.py")
+    reference = json.loads((ROOT / "crates/reranker/tests/data/chat_reference.json").read_text())
+    cases = reference["models"]["test-bert-cross-encoder-chat"]
+    ce = skillret.CrossEncoder(path, max_length=cases["max_length"])
+    pairs = [(c["query"], c["document"]) for c in cases["cases"]]
+    np.testing.assert_allclose(ce.predict(pairs), [c["logit"] for c in cases["cases"]], atol=1e-4)
+    np.testing.assert_allclose(
+        ce.predict(pairs, activation_fn="sigmoid"), [c["score"] for c in cases["cases"]], atol=1e-5
+    )
+    ranked = ce.rank(pairs[0][0], [d for _, d in pairs], top_k=2, return_documents=True)
+    scores = ce.predict([(pairs[0][0], d) for _, d in pairs])
+    assert [r["corpus_id"] for r in ranked] == list(np.argsort(-scores, kind="stable")[:2])
+    assert ranked[0]["text"] == pairs[ranked[0]["corpus_id"]][1]
+
+
+def test_inference_releases_the_gil():
+    path = model("all-MiniLM-L6-v2")
+    m = skillret.Embedder(path)
+    texts = [f"{TEXTS[1]} {i}" for i in range(400)]
+    done = threading.Event()
+
+    def work():
+        m.encode(texts)
+        done.set()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    # Python keeps running while the engine embeds: with the GIL held this loop would not
+    # advance until the worker ended.
+    spins = 0
+    while not done.is_set():
+        spins += 1
+    worker.join()
+    assert spins > 1000, spins
+
+
+def test_errors_are_python_exceptions_with_the_cli_messages(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a model directory"):
+        skillret.Embedder(str(tmp_path / "absent"))
+    path = Path(model("all-MiniLM-L6-v2"))
+    broken = tmp_path / "broken"
+    shutil.copytree(path, broken)
+    (broken / "config_sentence_transformers.json").write_text('{"prompts": {"query": 3}}')
+    with pytest.raises(ValueError, match=str(broken / "config_sentence_transformers.json")):
+        skillret.Embedder(str(broken))
+    with pytest.raises(ValueError, match="precision"):
+        skillret.Embedder(str(path), precision="f16")
+    with pytest.raises(FileNotFoundError):
+        skillret.evaluate(str(tmp_path / "no-qrels.jsonl"), {"q": {"d": 1.0}})
