@@ -4,6 +4,10 @@
 //! conversions lives here; every rule is the crates' own. Inference runs with
 //! the GIL released, so two Python threads can embed at once.
 
+// The signatures are sentence-transformers' and pytrec_eval's (keyword
+// arguments), and PyO3 hands arguments over by value.
+#![allow(clippy::too_many_arguments, clippy::needless_pass_by_value)]
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -124,7 +128,6 @@ impl Embedder {
     /// without either, the model's default prompt if it names one, else
     /// none. A float32 array, (texts, dim) or (dim,).
     #[pyo3(signature = (texts, prompt_name = None, prompt = None, batch_size = None, normalize_embeddings = None, show_progress_bar = false, convert_to_numpy = true))]
-    #[allow(clippy::too_many_arguments)] // sentence-transformers' signature
     fn encode<'py>(
         &self,
         py: Python<'py>,
@@ -283,7 +286,6 @@ struct CrossEncoder {
 impl CrossEncoder {
     #[new]
     #[pyo3(signature = (model, precision = "f32", device = "cpu", max_length = None, revision = None, backend = None, instruction = None))]
-    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         model: &str,
@@ -443,7 +445,6 @@ fn run_of(value: &Bound<'_, PyAny>, split: &str) -> PyResult<Run> {
 /// `per_query`, also `{"per_query": {query: {metric: value}}}`.
 #[pyfunction]
 #[pyo3(signature = (qrels, run, k = vec![5, 10, 15], metrics = None, per_query = false, extended = false, split = "test"))]
-#[allow(clippy::too_many_arguments)]
 fn evaluate<'py>(
     py: Python<'py>,
     qrels: &Bound<'py, PyAny>,
