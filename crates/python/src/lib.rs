@@ -490,12 +490,77 @@ fn evaluate<'py>(
     Ok(out)
 }
 
+/// An error of a command as the Python exception that fits it, with the
+/// CLI's message (the whole chain, as `pipeline` prints it).
+fn command_error(e: &anyhow::Error) -> PyErr {
+    let message = format!("{e:#}");
+    let not_found = e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::NotFound)
+            || cause
+                .downcast_ref::<embedder::Error>()
+                .is_some_and(|e| matches!(e, embedder::Error::MissingFile { .. }))
+    });
+    if not_found {
+        PyFileNotFoundError::new_err(message)
+    } else {
+        PyValueError::new_err(message)
+    }
+}
+
+/// Runs the command line `argv` (`argv[0]` the program's name) as the
+/// `pipeline` binary does, with the GIL released: its output, progress bars
+/// and exit code. With `raise_errors`, a failure is a Python exception with
+/// the message instead of a printed `error:` and exit code 1.
+#[pyfunction]
+#[pyo3(signature = (argv, raise_errors = false))]
+fn cli(py: Python<'_>, argv: Vec<String>, raise_errors: bool) -> PyResult<i32> {
+    use clap::Parser;
+    let parsed = match pipeline::cli::Cli::try_parse_from(&argv) {
+        Ok(parsed) => parsed,
+        Err(e) if raise_errors && e.use_stderr() => {
+            return Err(PyValueError::new_err(e.to_string()));
+        }
+        Err(e) => {
+            let _ = e.print();
+            return Ok(e.exit_code());
+        }
+    };
+    match py.detach(|| pipeline::run(parsed)) {
+        Ok(()) => Ok(0),
+        Err(e) if raise_errors => Err(command_error(&e)),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            Ok(1)
+        }
+    }
+}
+
+/// The directory `pipeline run --config config [--data data] [--out out]`
+/// writes to (`--out`, else the configuration's `[output] dir`, else
+/// `runs/<config name>`).
+#[pyfunction]
+#[pyo3(signature = (config, data = None, out = None))]
+fn run_dir(config: PathBuf, data: Option<PathBuf>, out: Option<PathBuf>) -> PyResult<PathBuf> {
+    let overrides = pipeline::config::Overrides {
+        data,
+        out,
+        ..Default::default()
+    };
+    pipeline::config::Settings::load(&config, &overrides)
+        .map(|s| s.out)
+        .map_err(|e| command_error(&e))
+}
+
 /// The native module.
 #[pymodule]
 fn _skillret(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Embedder>()?;
     m.add_class::<CrossEncoder>()?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
+    m.add_function(wrap_pyfunction!(cli, m)?)?;
+    m.add_function(wrap_pyfunction!(run_dir, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

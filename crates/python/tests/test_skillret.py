@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -187,3 +188,41 @@ def test_errors_are_python_exceptions_with_the_cli_messages(tmp_path):
         skillret.Embedder(str(path), precision="f16")
     with pytest.raises(FileNotFoundError):
         skillret.evaluate(str(tmp_path / "no-qrels.jsonl"), {"q": {"d": 1.0}})
+
+
+def test_run_returns_what_pipeline_run_writes(tmp_path, monkeypatch):
+    model("all-MiniLM-L6-v2")
+    monkeypatch.chdir(ROOT)
+    results = skillret.run("configs/minilm.toml", out=tmp_path / "py", limit_queries=3)
+    written = json.loads((tmp_path / "py" / "results.json").read_text())
+    assert results == written
+    assert results["scores"]["retriever"]["queries"] == 3
+    binary = os.environ.get("SKILLRET_PIPELINE")
+    if binary:
+        subprocess.run(
+            [binary, "run", "--config", "configs/minilm.toml", "--out", str(tmp_path / "cli"), "--limit-queries", "3"],
+            check=True,
+            capture_output=True,
+        )
+        cli = json.loads((tmp_path / "cli" / "results.json").read_text())
+        assert cli["scores"] == results["scores"]
+    # The retriever's NDCG@10 equals evaluate's on the run it wrote.
+    ours = skillret.evaluate(
+        str(ROOT / "tests/fixtures/tiny/qrels/test.jsonl"), str(tmp_path / "py" / "run.retriever.trec")
+    )
+    assert ours["queries"] == 3
+    assert ours["NDCG@10"] == results["scores"]["retriever"]["NDCG@10"]
+    with pytest.raises(FileNotFoundError, match="no-such.toml"):
+        skillret.run(tmp_path / "no-such.toml")
+    with pytest.raises(ValueError, match="limit-queries"):
+        skillret.run("configs/minilm.toml", out=tmp_path / "bad", limit_queries=0)
+
+
+def test_the_console_script_is_the_cli(tmp_path):
+    script = Path(sys.executable).parent / "skillret"
+    if not script.is_file():
+        pytest.skip("the skillret console script is not installed beside this Python")
+    out = subprocess.run([str(script), "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "run" in out.stdout and "sweep" in out.stdout
+    bad = subprocess.run([str(script), "run", "--config", str(tmp_path / "absent.toml")], capture_output=True, text=True)
+    assert bad.returncode == 1 and "error:" in bad.stderr and "absent.toml" in bad.stderr

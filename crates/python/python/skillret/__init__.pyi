@@ -108,3 +108,17 @@ def evaluate(
     `RBP(p=0.8)` with `extended`); `metrics` keeps those named (`"NDCG"` keeps every `NDCG@k`);
     `per_query` adds `{"per_query": {query: {metric: value}}}`. `qrels` and `run` are pytrec_eval's
     nested dicts or paths (TREC files, the official output JSON, a SkillRet qrels file of `split`)."""
+
+def run(
+    config: _Path, data: Optional[_Path] = None, out: Optional[_Path] = None, **overrides: object
+) -> dict[str, object]:
+    """`pipeline run` in this process (its flags as keyword arguments: `top_n=50`, `precision="bf16"`),
+    returning the contents of its `results.json`; a failure raises the CLI's message."""
+
+def sweep(
+    configs: _Path, out: _Path, data: Optional[_Path] = None, **overrides: object
+) -> dict[str, dict[str, object]]:
+    """`pipeline sweep` in this process, returning each job's `results.json` by job name."""
+
+def main() -> None:
+    """The `skillret` console script: the `pipeline` command line."""
