@@ -553,6 +553,52 @@ fn run_dir(config: PathBuf, data: Option<PathBuf>, out: Option<PathBuf>) -> PyRe
         .map_err(|e| command_error(&e))
 }
 
+/// A SkillRet split as every stage reads it: `(queries, documents, qrels)`,
+/// the queries and documents as `(id, text)` lists (a document's text is
+/// `name | description | skill_md`, the official recipe) and the judgements
+/// as pytrec_eval's nested dict.
+#[pyfunction]
+#[pyo3(signature = (data, split = "test"))]
+#[allow(clippy::type_complexity)]
+fn load_dataset(
+    py: Python<'_>,
+    data: PathBuf,
+    split: &str,
+) -> PyResult<(
+    Vec<(String, String)>,
+    Vec<(String, String)>,
+    HashMap<String, HashMap<String, i64>>,
+)> {
+    let dataset = py
+        .detach(|| eval::Dataset::load(&data, split))
+        .map_err(eval_error)?;
+    let queries = dataset
+        .queries
+        .iter()
+        .map(|q| (q.id.clone(), q.text.clone()))
+        .collect();
+    let documents = dataset
+        .skills
+        .iter()
+        .map(|s| {
+            (
+                s.id.clone(),
+                eval::document_text(&s.name, &s.description, &s.skill_md),
+            )
+        })
+        .collect();
+    let mut qrels: HashMap<String, HashMap<String, i64>> = HashMap::new();
+    for query in dataset.qrels.query_ids() {
+        let judged = qrels.entry(query.to_owned()).or_default();
+        if let Some(j) = dataset.qrels.get(query) {
+            for (doc, grade) in j {
+                judged.insert(doc.clone(), *grade);
+            }
+        }
+    }
+    Ok((queries, documents, qrels))
+}
+
 /// The native module.
 #[pymodule]
 fn _skillret(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -561,6 +607,7 @@ fn _skillret(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(run_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(load_dataset, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

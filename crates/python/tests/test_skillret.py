@@ -226,3 +226,30 @@ def test_the_console_script_is_the_cli(tmp_path):
     assert out.returncode == 0 and "run" in out.stdout and "sweep" in out.stdout
     bad = subprocess.run([str(script), "run", "--config", str(tmp_path / "absent.toml")], capture_output=True, text=True)
     assert bad.returncode == 1 and "error:" in bad.stderr and "absent.toml" in bad.stderr
+
+
+def test_an_mteb_retrieval_task_on_the_sample_scores_as_pipeline_run(tmp_path, monkeypatch):
+    mteb = pytest.importorskip("mteb")
+    import skillret.mteb
+
+    data = sample()
+    path = model("all-MiniLM-L6-v2")
+    encoder = skillret.mteb.model(path)
+    assert encoder.mteb_model_meta.embed_dim == 384
+    result = mteb.evaluate(encoder, skillret.mteb.skillret_task(str(data)), cache=None)
+    scores = result.task_results[0].scores["test"][0]
+    ndcg = scores["ndcg_at_10"]
+    assert scores["main_score"] == ndcg
+    # MTEB rounds its scores to 5 decimals.
+    official = json.loads((data / "reference" / "minilm.metrics.json").read_text())
+    assert ndcg == round(official["NDCG@10"], 5)
+    binary = os.environ.get("SKILLRET_PIPELINE")
+    if binary:
+        monkeypatch.chdir(ROOT)
+        subprocess.run(
+            [binary, "run", "--config", "configs/minilm.toml", "--data", str(data), "--out", str(tmp_path / "run")],
+            check=True,
+            capture_output=True,
+        )
+        ours = json.loads((tmp_path / "run" / "results.json").read_text())["scores"]["retriever"]["NDCG@10"]
+        assert ndcg == round(ours, 5)

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
 from . import _skillret
-from ._skillret import CrossEncoder, Embedder, __version__, evaluate
+from ._skillret import CrossEncoder, Embedder, __version__, evaluate, load_dataset
 
-__all__ = ["CrossEncoder", "Embedder", "evaluate", "run", "sweep", "main", "__version__"]
+__all__ = ["CrossEncoder", "Embedder", "evaluate", "load_dataset", "run", "sweep", "main", "__version__"]
 
 _PathLike = Union[str, "os.PathLike[str]"]
 

@@ -122,3 +122,9 @@ def sweep(
 
 def main() -> None:
     """The `skillret` console script: the `pipeline` command line."""
+
+def load_dataset(
+    data: _Path, split: str = "test"
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], dict[str, dict[str, int]]]:
+    """A SkillRet split as every stage reads it: (queries, documents, qrels); a document's text is
+    `name | description | skill_md` (the official recipe)."""
