@@ -86,6 +86,9 @@ fn texts_of(texts: &Bound<'_, PyAny>) -> PyResult<(Vec<String>, bool)> {
     Ok((texts.extract::<Vec<String>>()?, false))
 }
 
+/// Inputs per call into the engine: Ctrl-C is seen between two calls.
+const CHUNK: usize = 256;
+
 /// A bi-encoder: sentence-transformers' `SentenceTransformer` API on this
 /// project's engine.
 #[pyclass(frozen, module = "skillret")]
@@ -255,12 +258,24 @@ impl Embedder {
                 "normalize_embeddings=False: this model normalises its vectors (its files list a Normalize module); load it with its own settings",
             ));
         }
-        let vectors = py
-            .detach(|| self.inner.embed_with_prompt(&texts, prompt, kind, &|_| {}))
-            .map_err(embedder_error)?;
-        let (rows, dim) = (vectors.len(), vectors.dim());
-        // The engine's buffer becomes the array's: no copy.
-        let mut data = vectors.into_vec();
+        // Chunk after chunk, so that Ctrl-C (checked between chunks) stops
+        // the work; a text's vector does not depend on what it is batched
+        // with, so the chunks change no bit.
+        let dim = self.inner.dim();
+        let mut data: Vec<f32> = Vec::new();
+        for chunk in texts.chunks(CHUNK) {
+            let vectors = py
+                .detach(|| self.inner.embed_with_prompt(chunk, prompt, kind, &|_| {}))
+                .map_err(embedder_error)?;
+            if data.is_empty() {
+                // The engine's buffer becomes the array's: no copy.
+                data = vectors.into_vec();
+            } else {
+                data.extend_from_slice(vectors.as_slice());
+            }
+            py.check_signals()?;
+        }
+        let rows = texts.len();
         if normalize == Some(true) {
             for row in data.chunks_exact_mut(dim.max(1)) {
                 embedder::normalize(row);
@@ -377,9 +392,14 @@ impl CrossEncoder {
         pairs: &[(String, String)],
         activation: Option<&str>,
     ) -> PyResult<Vec<f32>> {
-        let mut scores = py
-            .detach(|| self.inner.score(pairs, &|_| {}))
-            .map_err(embedder_error)?;
+        let mut scores = Vec::with_capacity(pairs.len());
+        for chunk in pairs.chunks(CHUNK) {
+            scores.extend(
+                py.detach(|| self.inner.score(chunk, &|_| {}))
+                    .map_err(embedder_error)?,
+            );
+            py.check_signals()?;
+        }
         match activation {
             None | Some("identity") => {}
             Some("sigmoid") => {

@@ -253,3 +253,13 @@ def test_an_mteb_retrieval_task_on_the_sample_scores_as_pipeline_run(tmp_path, m
         )
         ours = json.loads((tmp_path / "run" / "results.json").read_text())["scores"]["retriever"]["NDCG@10"]
         assert ndcg == round(ours, 5)
+
+
+def test_inputs_beyond_one_engine_call_keep_their_bits():
+    # Embedder.encode hands the engine 256 texts at a time (Ctrl-C is seen between two calls).
+    m = skillret.Embedder(model("all-MiniLM-L6-v2"))
+    texts = [f"skill {i}: {TEXTS[i % 3]}" for i in range(600)]
+    all_at_once = m.encode(texts)
+    assert all_at_once.shape == (600, 384)
+    np.testing.assert_array_equal(all_at_once[250:], m.encode(texts[250:]))
+    np.testing.assert_array_equal(all_at_once[:3], m.encode(texts[:3]))
