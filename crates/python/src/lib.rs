@@ -86,6 +86,21 @@ fn texts_of(texts: &Bound<'_, PyAny>) -> PyResult<(Vec<String>, bool)> {
     Ok((texts.extract::<Vec<String>>()?, false))
 }
 
+/// A progress bar on stderr (hidden unless `show` and stderr is a terminal).
+fn progress_bar(show: bool, len: usize, what: &str) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len as u64);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{prefix} {bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}, {per_sec}]",
+    ) {
+        bar.set_style(style);
+    }
+    bar.set_prefix(what.to_owned());
+    bar
+}
+
 /// Inputs per call into the engine: Ctrl-C is seen between two calls.
 const CHUNK: usize = 256;
 
@@ -142,37 +157,60 @@ impl Embedder {
         show_progress_bar: bool,
         convert_to_numpy: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let _ = (batch_size, show_progress_bar, convert_to_numpy);
+        let _ = (batch_size, convert_to_numpy);
         let prompt = match (prompt, prompt_name) {
             (Some(p), _) => p.to_owned(),
             (None, Some(name)) => self.named_prompt(name)?,
             (None, None) => String::new(),
         };
-        self.embed(py, texts, &prompt, Kind::Query, normalize_embeddings)
+        self.embed(
+            py,
+            texts,
+            &prompt,
+            Kind::Query,
+            normalize_embeddings,
+            show_progress_bar,
+        )
     }
 
     /// Embeds queries with the model's query prompt (`encode_query`).
-    #[pyo3(signature = (texts, normalize_embeddings = None))]
+    #[pyo3(signature = (texts, normalize_embeddings = None, show_progress_bar = false))]
     fn encode_query<'py>(
         &self,
         py: Python<'py>,
         texts: &Bound<'py, PyAny>,
         normalize_embeddings: Option<bool>,
+        show_progress_bar: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let prompt = self.inner.prompt(Kind::Query).to_owned();
-        self.embed(py, texts, &prompt, Kind::Query, normalize_embeddings)
+        self.embed(
+            py,
+            texts,
+            &prompt,
+            Kind::Query,
+            normalize_embeddings,
+            show_progress_bar,
+        )
     }
 
     /// Embeds documents with the model's document prompt (`encode_document`).
-    #[pyo3(signature = (texts, normalize_embeddings = None))]
+    #[pyo3(signature = (texts, normalize_embeddings = None, show_progress_bar = false))]
     fn encode_document<'py>(
         &self,
         py: Python<'py>,
         texts: &Bound<'py, PyAny>,
         normalize_embeddings: Option<bool>,
+        show_progress_bar: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let prompt = self.inner.prompt(Kind::Document).to_owned();
-        self.embed(py, texts, &prompt, Kind::Document, normalize_embeddings)
+        self.embed(
+            py,
+            texts,
+            &prompt,
+            Kind::Document,
+            normalize_embeddings,
+            show_progress_bar,
+        )
     }
 
     /// Cosine similarity of every row of `a` with every row of `b`.
@@ -251,6 +289,7 @@ impl Embedder {
         prompt: &str,
         kind: Kind,
         normalize: Option<bool>,
+        show_progress_bar: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (texts, single) = texts_of(texts)?;
         if normalize == Some(false) && self.inner.normalize() {
@@ -263,9 +302,14 @@ impl Embedder {
         // with, so the chunks change no bit.
         let dim = self.inner.dim();
         let mut data: Vec<f32> = Vec::new();
-        for chunk in texts.chunks(CHUNK) {
+        let bar = progress_bar(show_progress_bar, texts.len(), "Embedding");
+        for (c, chunk) in texts.chunks(CHUNK).enumerate() {
             let vectors = py
-                .detach(|| self.inner.embed_with_prompt(chunk, prompt, kind, &|_| {}))
+                .detach(|| {
+                    self.inner.embed_with_prompt(chunk, prompt, kind, &|done| {
+                        bar.set_position((c * CHUNK + done) as u64);
+                    })
+                })
                 .map_err(embedder_error)?;
             if data.is_empty() {
                 // The engine's buffer becomes the array's: no copy.
@@ -275,6 +319,7 @@ impl Embedder {
             }
             py.check_signals()?;
         }
+        bar.finish_and_clear();
         let rows = texts.len();
         if normalize == Some(true) {
             for row in data.chunks_exact_mut(dim.max(1)) {
@@ -330,14 +375,15 @@ impl CrossEncoder {
     /// The score of each (query, document) pair, in order: a one-label
     /// model's logit (its sigmoid with `activation_fn="sigmoid"`), a
     /// two-label model's label 1 logit, a yes/no reranker's P(yes).
-    #[pyo3(signature = (pairs, activation_fn = None))]
+    #[pyo3(signature = (pairs, activation_fn = None, show_progress_bar = false))]
     fn predict<'py>(
         &self,
         py: Python<'py>,
         pairs: Vec<(String, String)>,
         activation_fn: Option<&str>,
+        show_progress_bar: bool,
     ) -> PyResult<Bound<'py, PyArray1<f32>>> {
-        let scores = self.scores(py, &pairs, activation_fn)?;
+        let scores = self.scores(py, &pairs, activation_fn, show_progress_bar)?;
         Ok(PyArray1::from_vec(py, scores))
     }
 
@@ -358,7 +404,7 @@ impl CrossEncoder {
             .iter()
             .map(|d| (query.clone(), d.clone()))
             .collect();
-        let scores = self.scores(py, &pairs, None)?;
+        let scores = self.scores(py, &pairs, None, false)?;
         let mut order: Vec<usize> = (0..scores.len()).collect();
         // Best first; equal scores keep the documents' order (a stable sort, as Python's).
         order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
@@ -391,15 +437,22 @@ impl CrossEncoder {
         py: Python<'_>,
         pairs: &[(String, String)],
         activation: Option<&str>,
+        show_progress_bar: bool,
     ) -> PyResult<Vec<f32>> {
         let mut scores = Vec::with_capacity(pairs.len());
-        for chunk in pairs.chunks(CHUNK) {
+        let bar = progress_bar(show_progress_bar, pairs.len(), "Scoring");
+        for (c, chunk) in pairs.chunks(CHUNK).enumerate() {
             scores.extend(
-                py.detach(|| self.inner.score(chunk, &|_| {}))
-                    .map_err(embedder_error)?,
+                py.detach(|| {
+                    self.inner.score(chunk, &|done| {
+                        bar.set_position((c * CHUNK + done) as u64);
+                    })
+                })
+                .map_err(embedder_error)?,
             );
             py.check_signals()?;
         }
+        bar.finish_and_clear();
         match activation {
             None | Some("identity") => {}
             Some("sigmoid") => {
@@ -619,6 +672,13 @@ fn load_dataset(
     Ok((queries, documents, qrels))
 }
 
+/// Sets how `sweep` starts its jobs (`python -m skillret run ...`): the
+/// command line runs inside Python, not as the `pipeline` binary.
+#[pyfunction]
+fn set_child_command(program: PathBuf, leading_args: Vec<String>) {
+    pipeline::set_child_command(program, leading_args.into_iter().map(Into::into).collect());
+}
+
 /// The native module.
 #[pymodule]
 fn _skillret(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -628,6 +688,7 @@ fn _skillret(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(run_dir, m)?)?;
     m.add_function(wrap_pyfunction!(load_dataset, m)?)?;
+    m.add_function(wrap_pyfunction!(set_child_command, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -263,3 +263,39 @@ def test_inputs_beyond_one_engine_call_keep_their_bits():
     assert all_at_once.shape == (600, 384)
     np.testing.assert_array_equal(all_at_once[250:], m.encode(texts[250:]))
     np.testing.assert_array_equal(all_at_once[:3], m.encode(texts[:3]))
+
+
+def test_sweep_returns_each_jobs_results(tmp_path, monkeypatch):
+    model("all-MiniLM-L6-v2")
+    monkeypatch.chdir(ROOT)
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    for name in ["minilm.toml", "bm25.toml"]:
+        shutil.copy(ROOT / "configs" / name, configs / name)
+    results = skillret.sweep(str(configs / "*.toml"), tmp_path / "sweep", limit_queries=3)
+    assert sorted(results) == sorted(p.name for p in (tmp_path / "sweep" / "runs").iterdir() if (p / "results.json").is_file())
+    assert len(results) == 2
+    for job in results.values():
+        assert job["scores"]["retriever"]["queries"] == 3
+
+
+def test_a_yes_no_reranker_saved_with_logit_score_scores_as_sentence_transformers_6_3():
+    path = model("test-qwen3-reranker-chat", "scripts/make_qwen3_models.py && scripts/make_chat_models.py")
+    reference = json.loads((ROOT / "crates/reranker/tests/data/chat_reference.json").read_text())
+    cases = reference["models"]["test-qwen3-reranker-chat"]
+    ce = skillret.CrossEncoder(path, max_length=cases["max_length"])
+    pairs = [(c["query"], c["document"]) for c in cases["cases"]]
+    # A yes/no reranker's score is P(yes), sentence-transformers' sigmoid of logit(yes) - logit(no).
+    np.testing.assert_allclose(ce.predict(pairs, show_progress_bar=True), [c["score"] for c in cases["cases"]], atol=1e-5)
+    with pytest.raises(ValueError, match="already P"):
+        ce.predict(pairs, activation_fn="sigmoid")
+
+
+def test_evaluate_reads_a_data_directory_and_progress_bars_change_nothing():
+    data = sample()
+    by_dir = skillret.evaluate(str(data), str(data / "reference" / "minilm.run.trec"))
+    by_file = skillret.evaluate(str(data / "qrels" / "test.jsonl"), str(data / "reference" / "minilm.run.trec"))
+    assert by_dir == by_file
+    m = skillret.Embedder(model("all-MiniLM-L6-v2"))
+    np.testing.assert_array_equal(m.encode(TEXTS, show_progress_bar=True), m.encode(TEXTS))
+    np.testing.assert_array_equal(m.encode_query(TEXTS, show_progress_bar=True), m.encode_query(TEXTS))

@@ -516,8 +516,7 @@ fn spawn(
     out: &Path,
     log: &Path,
 ) -> Result<()> {
-    let exe = std::env::current_exe().context("finding the pipeline binary")?;
-    let mut cmd = Command::new(exe);
+    let mut cmd = crate::child_command()?;
     cmd.arg("run")
         .arg("--config")
         .arg(&job.config)

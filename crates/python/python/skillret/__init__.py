@@ -14,6 +14,9 @@ from typing import Any, Dict, Optional, Union
 from . import _skillret
 from ._skillret import CrossEncoder, Embedder, __version__, evaluate, load_dataset
 
+# `sweep` runs each job as a child process of this command line: here, Python with this package.
+_skillret.set_child_command(sys.executable, ["-m", "skillret"])
+
 __all__ = ["CrossEncoder", "Embedder", "evaluate", "load_dataset", "run", "sweep", "main", "__version__"]
 
 _PathLike = Union[str, "os.PathLike[str]"]

@@ -50,10 +50,12 @@ class Embedder:
         show_progress_bar: bool = False,
         convert_to_numpy: bool = True,
     ) -> npt.NDArray[np.float32]: ...
-    def encode_query(self, texts: _Texts, normalize_embeddings: Optional[bool] = None) -> npt.NDArray[np.float32]:
+    def encode_query(
+        self, texts: _Texts, normalize_embeddings: Optional[bool] = None, show_progress_bar: bool = False
+    ) -> npt.NDArray[np.float32]:
         """Queries with the model's query prompt (float32, (n, dim), or (dim,) for one string)."""
     def encode_document(
-        self, texts: _Texts, normalize_embeddings: Optional[bool] = None
+        self, texts: _Texts, normalize_embeddings: Optional[bool] = None, show_progress_bar: bool = False
     ) -> npt.NDArray[np.float32]:
         """Documents with the model's document prompt."""
     def similarity(self, a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -83,6 +85,7 @@ class CrossEncoder:
         self,
         pairs: Sequence[tuple[str, str]],
         activation_fn: Optional[Literal["identity", "sigmoid"]] = None,
+        show_progress_bar: bool = False,
     ) -> npt.NDArray[np.float32]:
         """One score per pair, in order."""
     def rank(
