@@ -142,9 +142,12 @@ impl Embedder {
     }
 
     /// Embeds `texts` (one string gives one vector) with the prompt named
-    /// `prompt_name` (one of the model's prompts) or the literal `prompt`;
-    /// without either, the model's default prompt if it names one, else
-    /// none. A float32 array, (texts, dim) or (dim,).
+    /// `prompt_name` (`query` or `document`, the model's) or the literal
+    /// `prompt`; without either, no prompt. A float32 array, (texts, dim) or
+    /// (dim,). As in sentence-transformers, `normalize_embeddings=True`
+    /// normalises on top of what the model does (its Normalize module);
+    /// `batch_size` is accepted and unused (the engine batches by tokens:
+    /// `batch_tokens=` when loading).
     #[pyo3(signature = (texts, prompt_name = None, prompt = None, batch_size = None, normalize_embeddings = None, show_progress_bar = false, convert_to_numpy = true))]
     fn encode<'py>(
         &self,
@@ -292,11 +295,6 @@ impl Embedder {
         show_progress_bar: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (texts, single) = texts_of(texts)?;
-        if normalize == Some(false) && self.inner.normalize() {
-            return Err(PyValueError::new_err(
-                "normalize_embeddings=False: this model normalises its vectors (its files list a Normalize module); load it with its own settings",
-            ));
-        }
         // Chunk after chunk, so that Ctrl-C (checked between chunks) stops
         // the work; a text's vector does not depend on what it is batched
         // with, so the chunks change no bit.
