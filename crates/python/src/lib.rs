@@ -185,11 +185,9 @@ impl Embedder {
         normalize_embeddings: Option<bool>,
         show_progress_bar: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let prompt = self.inner.prompt(Kind::Query).to_owned();
-        self.embed(
+        self.embed_as(
             py,
             texts,
-            &prompt,
             Kind::Query,
             normalize_embeddings,
             show_progress_bar,
@@ -205,11 +203,9 @@ impl Embedder {
         normalize_embeddings: Option<bool>,
         show_progress_bar: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let prompt = self.inner.prompt(Kind::Document).to_owned();
-        self.embed(
+        self.embed_as(
             py,
             texts,
-            &prompt,
             Kind::Document,
             normalize_embeddings,
             show_progress_bar,
@@ -275,6 +271,19 @@ impl Embedder {
 }
 
 impl Embedder {
+    /// Texts of `kind` with the model's prompt for it.
+    fn embed_as<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &Bound<'py, PyAny>,
+        kind: Kind,
+        normalize: Option<bool>,
+        show_progress_bar: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let prompt = self.inner.prompt(kind).to_owned();
+        self.embed(py, texts, &prompt, kind, normalize, show_progress_bar)
+    }
+
     fn named_prompt(&self, name: &str) -> PyResult<String> {
         match name {
             "query" => Ok(self.inner.prompt(Kind::Query).to_owned()),
