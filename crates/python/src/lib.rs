@@ -228,10 +228,12 @@ impl Embedder {
             )));
         }
         let norm = |row: numpy::ndarray::ArrayView1<'_, f32>| row.dot(&row).sqrt().max(1e-12);
+        let b_norms: Vec<f32> = b.rows().into_iter().map(norm).collect();
         let mut out = Vec::with_capacity(a.nrows() * b.nrows());
         for x in a.rows() {
-            for y in b.rows() {
-                out.push(x.dot(&y) / (norm(x) * norm(y)));
+            let x_norm = norm(x);
+            for (y, y_norm) in b.rows().into_iter().zip(&b_norms) {
+                out.push(x.dot(&y) / (x_norm * y_norm));
             }
         }
         PyArray1::from_vec(py, out).reshape([a.nrows(), b.nrows()])

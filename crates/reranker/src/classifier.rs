@@ -183,24 +183,7 @@ impl Classifier {
         A: AsRef<str> + Sync,
         B: AsRef<str> + Sync,
     {
-        if let Some(chat) = &self.chat {
-            return Ok(chat
-                .tokenize_pairs(self.encoder.tokenization(), pairs, &self.prompt)?
-                .into_iter()
-                .map(|ids| Tokens {
-                    types: vec![0; ids.len()],
-                    ids,
-                })
-                .collect());
-        }
-        if self.prompt.is_empty() {
-            return self.encoder.tokenize_pairs(pairs);
-        }
-        let prompted: Vec<(String, &str)> = pairs
-            .iter()
-            .map(|(q, d)| (format!("{}{}", self.prompt, q.as_ref()), d.as_ref()))
-            .collect();
-        self.encoder.tokenize_pairs(&prompted)
+        pair_inputs(&self.encoder, self.chat.as_ref(), &self.prompt, pairs)
     }
 
     /// The chat template pairs are rendered through, where they are.
@@ -276,6 +259,41 @@ impl Reranker for Classifier {
     ) -> Result<Vec<f32>, Error> {
         self.score(pairs, progress)
     }
+}
+
+/// A cross-encoder's input for each (query, document) pair, as
+/// sentence-transformers' `CrossEncoder` makes it: the pair rendered through
+/// the chat template (`chat`, one segment), or the query (after `prompt`)
+/// and the document as the tokenizer pairs them; both cut to the encoder's
+/// maximum length. What the reranker scores and `pipeline train` trains on.
+pub fn pair_inputs<A, B>(
+    encoder: &Encoder,
+    chat: Option<&ChatInputs>,
+    prompt: &str,
+    pairs: &[(A, B)],
+) -> Result<Vec<Tokens>, Error>
+where
+    A: AsRef<str> + Sync,
+    B: AsRef<str> + Sync,
+{
+    if let Some(chat) = chat {
+        return Ok(chat
+            .tokenize_pairs(encoder.tokenization(), pairs, prompt)?
+            .into_iter()
+            .map(|ids| Tokens {
+                types: vec![0; ids.len()],
+                ids,
+            })
+            .collect());
+    }
+    if prompt.is_empty() {
+        return encoder.tokenize_pairs(pairs);
+    }
+    let prompted: Vec<(String, &str)> = pairs
+        .iter()
+        .map(|(q, d)| (format!("{prompt}{}", q.as_ref()), d.as_ref()))
+        .collect();
+    encoder.tokenize_pairs(&prompted)
 }
 
 /// The label count `config.json` declares (`id2label` or `num_labels`).

@@ -393,14 +393,6 @@ fn tokenize(
     // messages), and the saved model keeps the template and the modality.
     let st = SentenceTransformersConfig::read(base)?;
     let family = encoder.config().family();
-    let ids_to_tokens = |ids: Vec<Vec<u32>>| -> Vec<Tokens> {
-        ids.into_iter()
-            .map(|ids| Tokens {
-                types: vec![0; ids.len()],
-                ids,
-            })
-            .collect()
-    };
     let template;
     let examples: Vec<Example> = match settings.objective {
         Objective::BiEncoder => {
@@ -413,9 +405,14 @@ fn tokenize(
             )?;
             let tokenize = |texts: &[&str], kind: Kind| -> Result<Vec<Tokens>> {
                 Ok(match &chat {
-                    Some(chat) => {
-                        ids_to_tokens(chat.tokenize(encoder.tokenization(), texts, "", kind)?)
-                    }
+                    Some(chat) => chat
+                        .tokenize(encoder.tokenization(), texts, "", kind)?
+                        .into_iter()
+                        .map(|ids| Tokens {
+                            types: vec![0; ids.len()],
+                            ids,
+                        })
+                        .collect(),
                     None => encoder.tokenize(texts)?,
                 })
             };
@@ -456,21 +453,8 @@ fn tokenize(
                     .collect();
                 let mut labels = vec![1.0f32; s.positives.len()];
                 labels.resize(pairs.len(), 0.0);
-                let pairs = match &chat {
-                    Some(chat) => ids_to_tokens(chat.tokenize_pairs(
-                        encoder.tokenization(),
-                        &pairs,
-                        &prompt,
-                    )?),
-                    None if prompt.is_empty() => encoder.tokenize_pairs(&pairs)?,
-                    None => {
-                        let prompted: Vec<(String, &str)> = pairs
-                            .iter()
-                            .map(|(q, d)| (format!("{prompt}{q}"), *d))
-                            .collect();
-                        encoder.tokenize_pairs(&prompted)?
-                    }
-                };
+                let pairs =
+                    reranker::classifier::pair_inputs(&encoder, chat.as_ref(), &prompt, &pairs)?;
                 examples.push(Example::Pairs { pairs, labels });
             }
             examples

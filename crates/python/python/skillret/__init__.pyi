@@ -1,7 +1,7 @@
 """Type stubs of the skillret package (the native module `skillret._skillret`)."""
 
 from os import PathLike
-from typing import Literal, Mapping, Optional, Sequence, Union, overload
+from typing import Literal, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -28,28 +28,17 @@ class Embedder:
         backend: Optional[Literal["native", "candle", "cuda"]] = None,
         batch_tokens: Optional[int] = None,
     ) -> None: ...
-    @overload
     def encode(
         self,
-        texts: str,
+        texts: _Texts,
         prompt_name: Optional[str] = None,
         prompt: Optional[str] = None,
         batch_size: Optional[int] = None,
         normalize_embeddings: Optional[bool] = None,
         show_progress_bar: bool = False,
         convert_to_numpy: bool = True,
-    ) -> npt.NDArray[np.float32]: ...
-    @overload
-    def encode(
-        self,
-        texts: Sequence[str],
-        prompt_name: Optional[str] = None,
-        prompt: Optional[str] = None,
-        batch_size: Optional[int] = None,
-        normalize_embeddings: Optional[bool] = None,
-        show_progress_bar: bool = False,
-        convert_to_numpy: bool = True,
-    ) -> npt.NDArray[np.float32]: ...
+    ) -> npt.NDArray[np.float32]:
+        """(n, dim) for a list of texts, (dim,) for one string; `prompt_name` is "query" or "document"."""
     def encode_query(
         self, texts: _Texts, normalize_embeddings: Optional[bool] = None, show_progress_bar: bool = False
     ) -> npt.NDArray[np.float32]:
