@@ -1,13 +1,42 @@
 //! `recall_at_k.svg`: Recall@k and NDCG@k for k = 1..N, one line per stage
-//! and measure, drawn with plotters' SVG backend.
+//! and measure, drawn with plotters' SVG backend; the curves themselves, which
+//! report.html draws too.
 
+use anyhow::Result;
+use eval::Qrels;
+use eval::metrics::{Metric, Options, evaluate};
 use plotters::prelude::*;
+
+use crate::ranking::Stage;
 
 /// Recall@k and NDCG@k for k = 1..=depth, per stage.
 pub(crate) struct Curve {
     pub(crate) stage: String,
     pub(crate) recall: Vec<f64>,
     pub(crate) ndcg: Vec<f64>,
+}
+
+/// Each stage's Recall@k and NDCG@k for k = 1..=depth.
+pub(crate) fn curves(qrels: &Qrels, stages: &[Stage], depth: usize) -> Result<Vec<Curve>> {
+    let ks: Vec<usize> = (1..=depth.max(1)).collect();
+    let options = Options::default().with_cutoffs(&ks)?;
+    Ok(stages
+        .iter()
+        .map(|stage| {
+            let e = evaluate(qrels, &stage.run, &options);
+            Curve {
+                stage: stage.name.clone(),
+                recall: ks
+                    .iter()
+                    .map(|&k| e.mean_of(Metric::Recall(k)).unwrap_or(0.0))
+                    .collect(),
+                ndcg: ks
+                    .iter()
+                    .map(|&k| e.mean_of(Metric::Ndcg(k)).unwrap_or(0.0))
+                    .collect(),
+            }
+        })
+        .collect())
 }
 
 /// The plot as SVG text.

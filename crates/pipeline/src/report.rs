@@ -14,13 +14,8 @@ use eval::metrics::{Evaluation, Metric, Options, evaluate};
 use serde_json::{Map, Value, json};
 
 use crate::config::Settings;
-use crate::plot::Curve;
-use crate::ranking::Stage;
-
-/// Rounds of the paired randomization test.
-pub(crate) const TRIALS: usize = 10_000;
-/// Its seed (fixed: the p-value is part of the deterministic report).
-pub(crate) const SEED: u64 = 20_260_512;
+use crate::plot::curves;
+use crate::ranking::{SEED, Stage, TRIALS};
 
 /// An approximate or remote index against exact search on the run's queries.
 #[derive(Debug, Clone)]
@@ -458,26 +453,4 @@ fn per_query(qrels: &Qrels, stages: &[Stage], evals: &[Evaluation]) -> String {
         }
     }
     s
-}
-
-pub(crate) fn curves(qrels: &Qrels, stages: &[Stage], depth: usize) -> Result<Vec<Curve>> {
-    let ks: Vec<usize> = (1..=depth.max(1)).collect();
-    let options = Options::default().with_cutoffs(&ks)?;
-    Ok(stages
-        .iter()
-        .map(|stage| {
-            let e = evaluate(qrels, &stage.run, &options);
-            Curve {
-                stage: stage.name.clone(),
-                recall: ks
-                    .iter()
-                    .map(|&k| e.mean_of(Metric::Recall(k)).unwrap_or(0.0))
-                    .collect(),
-                ndcg: ks
-                    .iter()
-                    .map(|&k| e.mean_of(Metric::Ndcg(k)).unwrap_or(0.0))
-                    .collect(),
-            }
-        })
-        .collect())
 }

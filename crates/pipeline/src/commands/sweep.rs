@@ -945,8 +945,8 @@ fn leaderboard_data(out: &Path, rows: &[Row], failures: &[(String, String)]) -> 
                 && eval::stats::paired_randomization_test(
                     &x,
                     &y,
-                    crate::report::TRIALS,
-                    crate::report::SEED,
+                    crate::ranking::TRIALS,
+                    crate::ranking::SEED,
                 ) >= 0.05
         });
         if !same_tier {

@@ -198,8 +198,8 @@ pub(crate) fn build(report: &RunReport<'_>) -> Result<Value> {
         let p = eval::stats::paired_randomization_test(
             &xs,
             &ys,
-            crate::report::TRIALS,
-            crate::report::SEED,
+            crate::ranking::TRIALS,
+            crate::ranking::SEED,
         );
         let pool = pool_depth(&stages[from].run, &stages[to].run, &ids)
             .map(|depth| pool_json(report, &evals, from, to, depth, &ids, cut))
@@ -382,7 +382,7 @@ pub(crate) fn build(report: &RunReport<'_>) -> Result<Value> {
     });
     let bodies = bodies(&table, &best, |i| skill(&i).skill_md.as_str())?;
 
-    let curves = crate::report::curves(report.qrels, stages, curve_depth(stages))?;
+    let curves = crate::plot::curves(report.qrels, stages, curve_depth(stages))?;
     let curves: Vec<Value> = curves
         .iter()
         .map(|c| {
