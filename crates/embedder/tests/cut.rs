@@ -93,8 +93,10 @@ fn cut_texts_tokenise_back_to_the_native_tokens() {
     }
 }
 
-/// Long texts: each sample skill (where the shared sample is present) and
-/// made-up ones with runs of spaces, tabs and newlines, CJK and emoji.
+/// Long texts: a slice of the sample's skills (where the shared sample is present: every
+/// sixth skill and the 24 longest, so that the longest bodies and a spread of the others are
+/// there; the whole sample showed nothing more and took five times as long) and made-up ones
+/// with runs of spaces, tabs and newlines, CJK and emoji.
 fn long_texts() -> Vec<String> {
     let mut texts: Vec<String> = (0..40)
         .map(|i| {
@@ -107,7 +109,11 @@ fn long_texts() -> Vec<String> {
         .collect();
     if let Some(sample) = common::sample() {
         let (skills, _) = common::sample_texts(&sample);
-        texts.extend(skills.into_iter().map(|(_, t)| t));
+        let mut by_length: Vec<usize> = (0..skills.len()).collect();
+        by_length.sort_by_key(|&i| std::cmp::Reverse(skills[i].1.len()));
+        let mut picked: Vec<usize> = (0..skills.len()).step_by(6).collect();
+        picked.extend(by_length.into_iter().take(24).filter(|i| i % 6 != 0));
+        texts.extend(picked.into_iter().map(|i| skills[i].1.clone()));
     }
     texts
 }
