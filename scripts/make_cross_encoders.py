@@ -233,11 +233,22 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=str(ROOT / "models"))
     ap.add_argument("--seed", type=int, default=20261130)
+    ap.add_argument(
+        "only",
+        nargs="*",
+        choices=["bert", "xlmr", "tiny"],
+        help="build only these (default: all; xlmr needs models/multilingual-e5-small)",
+    )
     args = ap.parse_args()
     models = Path(args.models)
-    bert_cross_encoder(models, args.seed)
-    xlmr_cross_encoder(models, args.seed + 1)
-    tiny_bert(models, args.seed + 2)
+    only = set(args.only or ["bert", "xlmr", "tiny"])
+    # Each has its own seed, so a model is the same bytes whichever are built with it.
+    if "bert" in only:
+        bert_cross_encoder(models, args.seed)
+    if "xlmr" in only:
+        xlmr_cross_encoder(models, args.seed + 1)
+    if "tiny" in only:
+        tiny_bert(models, args.seed + 2)
 
 
 if __name__ == "__main__":
