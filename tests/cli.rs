@@ -855,7 +855,7 @@ fn a_run_killed_while_embedding_resumes_from_its_finished_shards() {
     let data = bigger_corpus(dir.path(), 1024);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let config = format!(
-        "[data]\nsplit = \"test\"\n[embedder]\nmodel = \"{}/models/all-MiniLM-L6-v2\"\nmax_length = 64\n[retriever]\nkind = \"dense\"\n",
+        "[data]\nsplit = \"test\"\n[embedder]\nmodel = \"{}/models/all-MiniLM-L6-v2\"\nmax_length = 32\n[retriever]\nkind = \"dense\"\n",
         root.display()
     );
     let config_path = dir.path().join("c.toml");

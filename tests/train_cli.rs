@@ -151,10 +151,12 @@ fn a_run_killed_with_sigkill_resumes_to_the_weights_of_an_uninterrupted_one() {
     };
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
+    // The tiny BERT trains a step in about a tenth of a second in the test build: three epochs
+    // of 8 steps leave seconds between the first checkpoint (step 2) and the end of the run.
     let cfg = write(
         dir.path(),
         "t.toml",
-        &config(&minilm, &minilm, "checkpoint_every = 2\n", &cache),
+        &config(&tiny, &minilm, "checkpoint_every = 2\nepochs = 3\n", &cache),
     );
     let killed = dir.path().join("killed");
     let checkpoints = dir.path().join("killed.training/checkpoints");
@@ -192,7 +194,7 @@ fn a_run_killed_with_sigkill_resumes_to_the_weights_of_an_uninterrupted_one() {
     let wrong = write(
         dir.path(),
         "w.toml",
-        &config(&tiny, &minilm, "checkpoint_every = 2\n", &cache),
+        &config(&minilm, &minilm, "checkpoint_every = 2\nepochs = 3\n", &cache),
     );
     let refused = pipeline(&["train", "--config", path(&wrong), "--out", path(&killed)]);
     assert!(!refused.status.success());

@@ -98,15 +98,16 @@ fn worst_difference(backend: Backend, precision: Precision, limit: usize) -> Opt
 
 #[test]
 fn native_f32_equals_the_official_scoring_within_1e_5() {
-    if let Some(worst) = worst_difference(Backend::Native, Precision::F32, 120) {
+    if let Some(worst) = worst_difference(Backend::Native, Precision::F32, 60) {
         assert!(worst <= 1e-5, "worst |ΔP(yes)| {worst}");
     }
 }
 
 #[test]
 fn candle_f32_equals_the_official_scoring_within_1e_5() {
-    // candle pads each batch to its longest pair: a sample of the pairs.
-    if let Some(worst) = worst_difference(Backend::Candle, Precision::F32, 24) {
+    // candle pads each batch to its longest pair: a sample of the pairs (the first 8 run from
+    // 1,200 to 5,500 tokens at 8,192).
+    if let Some(worst) = worst_difference(Backend::Candle, Precision::F32, 8) {
         assert!(worst <= 1e-5, "worst |ΔP(yes)| {worst}");
     }
 }

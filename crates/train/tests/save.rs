@@ -79,8 +79,13 @@ fn trained(base: &Path, head: Head) -> (Bert, Encoder) {
 
 /// sentence-transformers' view of `dir`, or `None` where Python lacks it.
 fn python(kind: &str, dir: &Path, input: &Value) -> Option<Vec<Value>> {
+    // Found, not imported (importing them takes seconds; the check below does).
     let has = Command::new("python3")
-        .args(["-c", "import sentence_transformers, torch"])
+        .args([
+            "-c",
+            "import importlib.util as u, sys; \
+             sys.exit(not all(u.find_spec(m) for m in ('sentence_transformers', 'torch')))",
+        ])
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
