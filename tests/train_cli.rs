@@ -194,7 +194,12 @@ fn a_run_killed_with_sigkill_resumes_to_the_weights_of_an_uninterrupted_one() {
     let wrong = write(
         dir.path(),
         "w.toml",
-        &config(&minilm, &minilm, "checkpoint_every = 2\nepochs = 3\n", &cache),
+        &config(
+            &minilm,
+            &minilm,
+            "checkpoint_every = 2\nepochs = 3\n",
+            &cache,
+        ),
     );
     let refused = pipeline(&["train", "--config", path(&wrong), "--out", path(&killed)]);
     assert!(!refused.status.success());

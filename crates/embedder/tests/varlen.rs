@@ -194,7 +194,13 @@ fn unpadded_candle_batches_equal_the_native_engine_for_every_family() {
         );
         let (alone, _) = embed(
             case,
-            options(case, Backend::Candle, Precision::F32, 1, candle_longest(case)),
+            options(
+                case,
+                Backend::Candle,
+                Precision::F32,
+                1,
+                candle_longest(case),
+            ),
             &texts,
         );
         assert!(
