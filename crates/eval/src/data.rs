@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::error::{Diagnostic, Error, Location, Result};
-use crate::jsonl::for_each_record;
+use crate::jsonl::{Object, for_each_record};
 use crate::qrels::Qrels;
 
 pub use crate::jsonl::py_strip;
@@ -312,7 +312,7 @@ struct RawQuery {
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum RawLabels {
-    List(Vec<RawLabel>),
+    List(Vec<Object<RawLabel>>),
     Encoded(String),
 }
 
@@ -336,19 +336,25 @@ fn read_queries(path: &Path) -> Result<(Vec<Query>, Vec<usize>)> {
         let labels = match raw.labels {
             Some(RawLabels::List(list)) => Some(list),
             Some(RawLabels::Encoded(text)) => Some(
-                crate::jsonl::parse_line::<Vec<RawLabel>>(&text).map_err(|(field, message)| {
-                    let field = match field {
-                        Some(f) => {
-                            format!("labels{}{f}", if f.starts_with('[') { "" } else { "." })
-                        }
-                        None => "labels".to_owned(),
-                    };
-                    Error::input(here.clone(), Some(&field), message)
-                })?,
+                crate::jsonl::parse_line::<Vec<Object<RawLabel>>>(&text).map_err(
+                    |(field, message)| {
+                        let field = match field {
+                            Some(f) => {
+                                format!("labels{}{f}", if f.starts_with('[') { "" } else { "." })
+                            }
+                            None => "labels".to_owned(),
+                        };
+                        Error::input(here.clone(), Some(&field), message)
+                    },
+                )?,
             ),
             None => None,
         }
-        .map(|list| list.into_iter().map(|l| (l.id, l.relevance)).collect())
+        .map(|list| {
+            list.into_iter()
+                .map(|Object(l)| (l.id, l.relevance))
+                .collect()
+        })
         .or_else(|| {
             raw.skill_ids
                 .map(|ids| ids.into_iter().map(|id| (id, 1)).collect())

@@ -1,8 +1,11 @@
 //! Reading JSON Lines with errors that name the file, the line and the field.
 
+use std::fmt;
+use std::marker::PhantomData;
 use std::path::Path;
 
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, MapAccess, Visitor, value::MapAccessDeserializer};
+use serde::{Deserialize, Deserializer};
 
 use crate::error::{Error, Location, Result};
 
@@ -14,11 +17,34 @@ pub fn py_strip(s: &str) -> &str {
     s.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
 }
 
+/// A record that must be a JSON object.
+///
+/// serde's derived structs also accept an array of their fields in order, so
+/// `["s1", "a"]` would read as a skill `{id: "s1", name: "a"}`; records are read
+/// through this instead, which takes a map or nothing.
+pub(crate) struct Object<T>(pub(crate) T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Only<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Only<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer.deserialize_map(Only(PhantomData)).map(Object)
+    }
+}
+
 /// Calls `f` with each record of a JSON Lines file and its 1-based line number.
 ///
 /// Blank lines are skipped, as the official loader skips them. A line that is
-/// not valid UTF-8, not valid JSON, or not of the shape `T` is an error naming
-/// the line and, where it can be told, the field.
+/// not valid UTF-8, not valid JSON, not an object, or not of the shape `T` is
+/// an error naming the line and, where it can be told, the field.
 pub(crate) fn for_each_record<T: DeserializeOwned>(
     path: &Path,
     mut f: impl FnMut(usize, T) -> Result<()>,
@@ -30,7 +56,7 @@ pub(crate) fn for_each_record<T: DeserializeOwned>(
         if py_strip(text).is_empty() {
             continue;
         }
-        let record = parse_line(text).map_err(|(field, message)| {
+        let Object(record) = parse_line(text).map_err(|(field, message)| {
             Error::input(Location::line(path, line), field.as_deref(), message)
         })?;
         f(line, record)?;
@@ -177,6 +203,32 @@ mod tests {
         assert_eq!(field.as_deref(), Some("tags[1]"));
         assert!(message.contains("invalid type"), "{message}");
         assert!(message.contains("column"), "{message}");
+    }
+
+    #[test]
+    fn a_record_must_be_an_object_not_an_array_of_its_fields() {
+        // Derived, `Rec` alone would take `["a", []]` as {id: "a", tags: []}.
+        assert!(parse_line::<Rec>(r#"["a", []]"#).is_ok());
+        let Err((field, message)) = parse_line::<Object<Rec>>(r#"["a", []]"#) else {
+            panic!("an array read as a record");
+        };
+        assert_eq!(field, None);
+        assert!(
+            message.contains("invalid type: sequence, expected a JSON object"),
+            "{message}"
+        );
+        for text in ["\"a\"", "3", "null", "true"] {
+            assert!(parse_line::<Object<Rec>>(text).is_err(), "{text}");
+        }
+        let Ok(Object(rec)) = parse_line::<Object<Rec>>(r#"{"id": "a", "tags": ["x"]}"#) else {
+            panic!("an object refused");
+        };
+        assert_eq!((rec.id.as_str(), rec.tags.len()), ("a", 1));
+        // The field of an error inside the object is still named.
+        let Err((field, _)) = parse_line::<Object<Rec>>(r#"{"id": "a", "tags": [3]}"#) else {
+            panic!("a number read as a tag");
+        };
+        assert_eq!(field.as_deref(), Some("tags[0]"));
     }
 
     #[test]

@@ -81,6 +81,23 @@ fn malformed_json_line() {
 }
 
 #[test]
+fn a_record_that_is_an_array_is_refused() {
+    // serde would read `["s3", "x"]` as {id: "s3", name: "x"} (issue 54).
+    let skills = format!("{SKILLS}[\"s3\", \"x\"]\n");
+    let dir = data_dir(skills.as_bytes(), QUERIES.as_bytes(), None);
+    let d = load_error(&dir);
+    assert_eq!(d.location.path, file(&dir, "skills"), "{d}");
+    assert_eq!(d.location.line, Some(3), "{d}");
+    assert!(d.message.contains("expected a JSON object"), "{d}");
+    // A label inside a query's list, too.
+    let queries = "{\"id\": \"q1\", \"query\": \"x\", \"labels\": [[\"s1\", 1]]}\n";
+    let dir = data_dir(SKILLS.as_bytes(), queries.as_bytes(), None);
+    let d = load_error(&dir);
+    assert_eq!(d.location.line, Some(1), "{d}");
+    assert!(d.to_string().contains("labels"), "{d}");
+}
+
+#[test]
 fn missing_field() {
     let queries = format!("{QUERIES}\n{{\"id\": \"q3\", \"skill_ids\": [\"s1\"]}}\n");
     let dir = data_dir(SKILLS.as_bytes(), queries.as_bytes(), None);
