@@ -254,6 +254,9 @@ fn default_split() -> String {
 fn default_batch_tokens() -> usize {
     8192
 }
+/// The deepest ranking a run makes (a million skills; SkillRet's library holds thousands).
+pub(crate) const MAX_DEPTH: usize = 1_000_000;
+
 fn default_top_n() -> usize {
     20
 }
@@ -708,6 +711,15 @@ fn resolve(raw: Raw, source: &Source<'_>, overrides: &Overrides) -> Result<Setti
     }
     if r.top_n == 0 {
         bail!("{file}: [retriever] top_n must be at least 1");
+    }
+    // The report's curves and every stage size their tables by the depth: refuse a depth no
+    // library reaches before anything is allocated or written.
+    for (key, value) in [("top_n", Some(r.top_n)), ("fusion_depth", r.fusion_depth)] {
+        if let Some(n) = value.filter(|&n| n > MAX_DEPTH) {
+            bail!(
+                "{file}: [retriever] {key} = {n} is more than {MAX_DEPTH}, the deepest ranking this tool makes"
+            );
+        }
     }
     let hnsw = r.hnsw.unwrap_or_default();
     hnsw.validate()
@@ -1441,6 +1453,14 @@ mod tests {
                 "no embeddings",
             ),
             (&format!("{DENSE}top_n = 0\n"), "top_n"),
+            (
+                &format!("{DENSE}top_n = 18446744073709551615\n"),
+                "top_n = 18446744073709551615 is more than 1000000",
+            ),
+            (
+                &format!("{DENSE}fusion_depth = 2000000\n"),
+                "fusion_depth = 2000000 is more than",
+            ),
             (
                 &format!(
                     "{DENSE}[retriever.hnsw]\nm = 8\nef_construction = 50\nef_search = 10\ndeterministic = true\n"
