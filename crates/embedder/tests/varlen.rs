@@ -154,6 +154,19 @@ fn embed(case: &Case, options: EmbedderOptions, texts: &[String]) -> (Embeddings
     (model.embed(texts, Kind::Document).unwrap(), description)
 }
 
+/// The native engine's f32 vectors at the candle checks' length, all in one batch: what the
+/// candle graph is held to.
+fn native_reference(case: &Case, texts: &[String]) -> Embeddings {
+    let options = options(
+        case,
+        Backend::Native,
+        Precision::F32,
+        1 << 20,
+        candle_longest(case),
+    );
+    embed(case, options, texts).0
+}
+
 fn worst(a: &Embeddings, b: &Embeddings) -> f64 {
     (0..a.len())
         .map(|i| cosine(a.row(i), b.row(i)))
@@ -170,17 +183,7 @@ fn unpadded_candle_batches_equal_the_native_engine_for_every_family() {
     for case in CASES.iter().filter(|c| installed(c)) {
         let label = format!("{} {:?} {:?}", case.dir, case.pooling, case.attention);
         // Everything in one batch, and each input alone.
-        let (native, _) = embed(
-            case,
-            options(
-                case,
-                Backend::Native,
-                Precision::F32,
-                1 << 20,
-                candle_longest(case),
-            ),
-            &texts,
-        );
+        let native = native_reference(case, &texts);
         let (mixed, description) = embed(
             case,
             options(
@@ -268,17 +271,7 @@ fn bf16_through_the_candle_graph_stays_within_its_bound() {
     let Some(texts) = texts() else { return };
     for case in CASES.iter().filter(|c| installed(c)) {
         let label = format!("{} {:?} {:?}", case.dir, case.pooling, case.attention);
-        let (native, _) = embed(
-            case,
-            options(
-                case,
-                Backend::Native,
-                Precision::F32,
-                1 << 20,
-                candle_longest(case),
-            ),
-            &texts,
-        );
+        let native = native_reference(case, &texts);
         let (bf16, description) = embed(
             case,
             options(
