@@ -194,7 +194,7 @@ fn minilm_served_by_vllm_gives_the_native_vectors() {
     let (Some(base), Some(dir)) = (server(MINILM), model("all-MiniLM-L6-v2")) else {
         return;
     };
-    let (skills, queries) = texts(96, 24);
+    let (skills, queries) = texts(48, 24);
     let native =
         LocalEmbedder::from_dir(&dir, EmbedderOptions::default().with_normalize(false)).unwrap();
     for input in [InputMode::Tokens, InputMode::Text] {
@@ -367,7 +367,8 @@ fn a_run_through_vllm_gives_the_metrics_of_the_native_run() {
     let mut metrics = Vec::new();
     for config in ["configs/minilm.toml", "configs/vllm-minilm.toml"] {
         let out = tmp.path().join(Path::new(config).file_stem().unwrap());
-        // Every skill, the first 300 of the 1,094 queries (vLLM on the CPU is slow).
+        // Every skill, the first 150 of the 1,094 queries (vLLM on the CPU is slow; the vectors
+        // of every kind of text are compared one by one in the tests above).
         let run = pipeline(&[
             "run",
             "--config",
@@ -375,7 +376,7 @@ fn a_run_through_vllm_gives_the_metrics_of_the_native_run() {
             "--data",
             path(&data),
             "--limit-queries",
-            "300",
+            "150",
             "--out",
             path(&out),
         ]);
