@@ -148,6 +148,9 @@ impl ChatTemplate {
         extra: &[(&str, Value)],
     ) -> Result<String> {
         let mut env = Environment::new();
+        // A template is code from a model directory: each render is bounded (the conversations
+        // rendered here take a few thousand instructions; a loop of 10^10 runs out).
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_syntax(
             minijinja::syntax::SyntaxConfig::builder()
                 .trim_blocks(true)
@@ -205,6 +208,9 @@ impl ChatTemplate {
 }
 
 /// The roles a (query, document) pair's two messages take.
+/// The instructions one render may take (minijinja's fuel).
+const TEMPLATE_FUEL: u64 = 1_000_000;
+
 const PAIR_ROLES: [&str; 2] = ["query", "document"];
 
 /// sentence-transformers' probe of a pair template: a baseline, then one
@@ -551,10 +557,19 @@ fn strftime_now(format: &str) -> String {
 
 /// `tojson` as transformers defines it: `json.dumps(x, ensure_ascii=False)`
 /// (`, ` and `: ` separators), or indented by `indent`.
+/// The widest indent `tojson` takes (Python's takes any; templates use 2 or 4).
+const MAX_INDENT: usize = 64;
+
 fn tojson(value: &Value, indent: Option<usize>) -> std::result::Result<Value, minijinja::Error> {
     let json: serde_json::Value = serde_json::to_value(value)
         .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
     let text = match indent {
+        Some(n) if n > MAX_INDENT => {
+            return Err(minijinja::Error::new(
+                ErrorKind::InvalidOperation,
+                format!("tojson: indent {n} is more than {MAX_INDENT}"),
+            ));
+        }
         Some(n) => {
             let pad = vec![b' '; n];
             let formatter = serde_json::ser::PrettyFormatter::with_indent(&pad);
@@ -651,6 +666,19 @@ mod tests {
         let t = ChatTemplate::new("{{ messages|nosuchfilter }}", "c.jinja");
         let e = t.render(&user("a"), false, &[]).unwrap_err().to_string();
         assert!(e.contains("c.jinja") && e.contains("nosuchfilter"), "{e}");
+    }
+
+    #[test]
+    fn a_template_that_runs_without_end_or_pads_without_bound_is_refused() {
+        let t = ChatTemplate::new(
+            "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+            "loop.jinja",
+        );
+        let e = t.render(&user("a"), false, &[]).unwrap_err().to_string();
+        assert!(e.contains("loop.jinja") && e.contains("fuel"), "{e}");
+        let t = ChatTemplate::new("{{ messages|tojson(1000000000000) }}", "pad.jinja");
+        let e = t.render(&user("a"), false, &[]).unwrap_err().to_string();
+        assert!(e.contains("pad.jinja") && e.contains("indent"), "{e}");
     }
 
     /// `task` per kind (as `encode_query` / `encode_document` pass it), the

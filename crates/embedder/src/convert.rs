@@ -78,6 +78,15 @@ impl<'a> Reader<'a> {
         self.at = end;
         Ok(slice)
     }
+    /// Fails as `take` would if `n` bytes are not left, taking nothing.
+    fn fits(&self, n: usize, what: &str) -> Result<()> {
+        Reader {
+            at: self.at,
+            ..*self
+        }
+        .take(n, what)
+        .map(drop)
+    }
     fn u16(&mut self, what: &str) -> Result<u16> {
         let b = self.take(2, what)?;
         Ok(u16::from_le_bytes([b[0], b[1]]))
@@ -135,6 +144,9 @@ impl E5s1 {
         let _unk = r.i32("unk")?;
         let blob_len = usize::try_from(r.u64("blob length")?)
             .map_err(|_| Error::format(path, "blob length overflows"))?;
+        // The n + 1 offsets must be in the file: a count beyond it is refused before anything
+        // is allocated for it (a 60-byte file claiming 2^31 pieces).
+        r.fits(4 * (n + 1), "piece offsets")?;
         let mut offsets = Vec::with_capacity(n + 1);
         for _ in 0..=n {
             offsets.push(r.u32("piece offset")? as usize);
@@ -477,5 +489,29 @@ mod tests {
         std::fs::write(&path, b"E5S1\x01\0\0\0\x80\x01").unwrap();
         let err = E5s1::read(&path).unwrap_err().to_string();
         assert!(err.contains("truncated"), "{err}");
+    }
+
+    #[test]
+    fn a_vocabulary_larger_than_the_file_is_refused_before_allocating() {
+        // A header of small numbers, block 32, then 2^31 - 1 pieces in 64 bytes.
+        let mut bytes = b"E5S1\x01\0\0\0".to_vec();
+        for v in [8i32, 1, 2, 16, 10, 32, 2] {
+            bytes.extend(v.to_le_bytes());
+        }
+        bytes.extend(1e-12f32.to_le_bytes());
+        bytes.extend(32i32.to_le_bytes());
+        bytes.extend(i32::MAX.to_le_bytes());
+        for v in [0i32, 2, 1, 3] {
+            bytes.extend(v.to_le_bytes());
+        }
+        bytes.extend(0u64.to_le_bytes());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.e5s1");
+        std::fs::write(&path, &bytes).unwrap();
+        let err = E5s1::read(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("x.e5s1") && err.contains("truncated: piece offsets"),
+            "{err}"
+        );
     }
 }

@@ -10,7 +10,9 @@
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
-use tokenizers::{Encoding, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+use tokenizers::{
+    Encoding, PostProcessor, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy,
+};
 
 use crate::error::{Error, Result};
 use crate::models::{ModelConfig, Tokens};
@@ -97,8 +99,7 @@ impl Tokenization {
             (None, Some(n)) => n.min(model_max),
             (None, None) => model_max,
         };
-        let mut tokenizer =
-            Tokenizer::from_file(path).map_err(|e| Error::format(path, e.to_string()))?;
+        let mut tokenizer = read_tokenizer(path)?;
         let size = tokenizer.get_vocab_size(true);
         if size > config.vocab_size() {
             return Err(Error::TokenizerMismatch {
@@ -108,6 +109,18 @@ impl Tokenization {
                     config.vocab_size()
                 ),
             });
+        }
+        // tokenizers subtracts its special tokens from the length unchecked.
+        let specials = tokenizer
+            .get_post_processor()
+            .map_or(0, |p| p.added_tokens(false));
+        if max_length < specials {
+            return Err(Error::format(
+                path,
+                format!(
+                    "a max length of {max_length} cannot hold the {specials} special tokens this tokenizer adds"
+                ),
+            ));
         }
         tokenizer
             .with_truncation(Some(TruncationParams {
@@ -461,4 +474,14 @@ fn whitespace_run_start(text: &str, from: usize) -> Option<usize> {
 
 fn failed(e: impl std::fmt::Display) -> Error {
     Error::Inference(format!("tokenizing: {e}"))
+}
+
+/// Reads `tokenizer.json`. Its JSON is checked first: tokenizers panics on a syntax error inside
+/// its `decoder` (the `DecoderHelper` it reads that through `expect`s), where it must be an error
+/// naming the file and line.
+fn read_tokenizer(path: &Path) -> Result<Tokenizer> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
+        .map_err(|e| Error::format(path, format!("not JSON: {e}")))?;
+    Tokenizer::from_bytes(&bytes).map_err(|e| Error::format(path, e.to_string()))
 }

@@ -207,6 +207,32 @@ fn a_weight_of_the_wrong_shape_is_named() {
     assert!(err.to_string().contains("model.safetensors"), "{err}");
 }
 
+/// A layer count no file holds (issue 54: 10^9 layers aborted the process allocating for them)
+/// is refused at config.json, naming the key; so is a width beyond any model.
+#[test]
+fn sizes_beyond_any_model_are_refused_before_loading() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_model(dir.path(), &WORDS, None);
+    let path = dir.path().join("config.json");
+    for (key, value) in [
+        ("num_hidden_layers", 1_000_000_000u64),
+        ("hidden_size", 1 << 40),
+    ] {
+        let mut config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        config[key] = json!(value);
+        std::fs::write(&path, config.to_string()).unwrap();
+        let err = load(dir.path(), EmbedderOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("config.json") && err.contains(&format!("{key}: {value} is more than")),
+            "{err}"
+        );
+        tiny_model(dir.path(), &WORDS, None);
+    }
+}
+
 #[test]
 fn a_tokenizer_of_another_model_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -288,4 +314,45 @@ fn asking_for_a_gpu_without_one_falls_back_and_says_so() {
         );
     }
     assert_eq!(model.embed(&["pdf"], Kind::Query).unwrap().len(), 1);
+}
+
+/// What the fuzzer found in tokenizer.json (issue 54): a syntax error inside `decoder` made the
+/// tokenizers library panic, and a max length below the special tokens the tokenizer adds
+/// underflowed its truncation; both are errors naming the file.
+#[test]
+fn a_broken_tokenizer_or_a_length_below_its_special_tokens_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_model(dir.path(), &WORDS, None);
+    let path = dir.path().join("tokenizer.json");
+    let good = std::fs::read_to_string(&path).unwrap();
+    let broken = good.replacen("\"decoder\":null", "\"decoder\":lstrip {}", 1);
+    assert_ne!(broken, good);
+    std::fs::write(&path, broken).unwrap();
+    let err = embedder::Tokenization::from_dir(dir.path(), None, None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tokenizer.json") && err.contains("not JSON"),
+        "{err}"
+    );
+
+    // A pair template of three special tokens, and a max length of 2.
+    let mut tokenizer: serde_json::Value = serde_json::from_str(&good).unwrap();
+    tokenizer["post_processor"]["pair"] = json!([
+        {"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+        {"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}},
+        {"SpecialToken": {"id": "[CLS]", "type_id": 1}}
+    ]);
+    tokenizer["post_processor"]["single"] = json!([
+        {"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+        {"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"SpecialToken": {"id": "[CLS]", "type_id": 0}}
+    ]);
+    std::fs::write(&path, tokenizer.to_string()).unwrap();
+    let err = embedder::Tokenization::from_dir(dir.path(), Some(2), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tokenizer.json") && err.contains("cannot hold the 3 special tokens"),
+        "{err}"
+    );
 }

@@ -786,6 +786,11 @@ fn resolve(raw: Raw, source: &Source<'_>, overrides: &Overrides) -> Result<Setti
     if k.is_empty() || k.contains(&0) {
         bail!("{file}: [eval] k must be a non-empty list of positive cut-offs");
     }
+    if let Some(n) = k.iter().copied().find(|&n| n > MAX_DEPTH) {
+        bail!(
+            "{file}: [eval] k = {n} is more than {MAX_DEPTH}, the deepest ranking this tool makes"
+        );
+    }
     k.sort_unstable();
     k.dedup();
     if overrides.limit_queries == Some(0) {
@@ -1460,6 +1465,10 @@ mod tests {
             (
                 &format!("{DENSE}fusion_depth = 2000000\n"),
                 "fusion_depth = 2000000 is more than",
+            ),
+            (
+                &format!("{DENSE}[eval]\nk = [5, 9000000000000000000]\n"),
+                "[eval] k = 9000000000000000000 is more than 1000000",
             ),
             (
                 &format!(

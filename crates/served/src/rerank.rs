@@ -76,6 +76,9 @@ pub fn parse_classify(answer: &[u8], count: usize) -> Result<Vec<f32>, String> {
             .ok_or("a result without probs")?;
         *scores.get_mut(index).ok_or("an index out of range")? = p as f32;
     }
+    if scores.iter().any(|s| s.is_nan()) {
+        return Err("indexes repeat".to_owned());
+    }
     Ok(scores)
 }
 
@@ -117,6 +120,14 @@ pub fn parse_scores(api: RemoteApi, answer: &[u8], count: usize) -> Result<Vec<f
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_classify_answer_whose_indexes_repeat_is_refused() {
+        let answer = br#"{"data": [{"index": 0, "probs": [0.9]}, {"index": 0, "probs": [0.1]}]}"#;
+        assert_eq!(parse_classify(answer, 2).unwrap_err(), "indexes repeat");
+        let answer = br#"{"data": [{"index": 1, "probs": [0.9]}, {"index": 0, "probs": [0.1]}]}"#;
+        assert_eq!(parse_classify(answer, 2).unwrap(), vec![0.1, 0.9]);
+    }
 
     #[test]
     fn both_shapes_are_asked_and_read_in_document_order() {

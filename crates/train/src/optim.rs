@@ -160,7 +160,16 @@ impl AdamW {
             self.moments.insert(p.name.clone(), (m, v));
         }
         let step = state.get("step").ok_or_else(|| missing("step"))?;
-        self.step = u64::try_from(step.flatten_all()?.to_vec1::<i64>()?[0])
+        let step = match step.flatten_all()?.to_vec1::<i64>()?.as_slice() {
+            [one] => *one,
+            other => {
+                return Err(Error::Invalid(format!(
+                    "optimiser state `step` holds {} values, not one",
+                    other.len()
+                )));
+            }
+        };
+        self.step = u64::try_from(step)
             .map_err(|_| Error::Invalid("optimiser state: negative step".to_owned()))?;
         Ok(())
     }

@@ -655,10 +655,16 @@ fn restore(
     }
     let mut opt = read_tensors(&checkpoint.join("optimizer.safetensors"), model.device())?;
     if let Some(step) = opt.get("step") {
-        let value = step
+        let values = step
             .to_dtype(candle_core::DType::F64)?
             .flatten_all()?
-            .to_vec1::<f64>()?[0];
+            .to_vec1::<f64>()?;
+        let &[value] = values.as_slice() else {
+            return Err(Error::format(
+                &checkpoint.join("optimizer.safetensors"),
+                format!("tensor `step` holds {} values, not one", values.len()),
+            ));
+        };
         opt.insert(
             "step".to_owned(),
             Tensor::new(&[value as i64], &Device::Cpu)?,

@@ -131,11 +131,49 @@ pub const SUPPORTED_TYPES: [&str; 10] = [
     "nvembed",
 ];
 
+/// The largest size of each kind a config.json may give: far beyond any model (the largest have
+/// ~130 layers, widths of ~25,000 and vocabularies of ~260,000), near enough that a number from a
+/// damaged or hostile file is refused before anything is allocated for it.
+const SIZE_LIMITS: [(&str, u64); 11] = [
+    ("num_hidden_layers", 1 << 10),
+    ("hidden_size", 1 << 16),
+    ("intermediate_size", 1 << 18),
+    ("num_attention_heads", 1 << 10),
+    ("num_key_value_heads", 1 << 10),
+    ("head_dim", 1 << 12),
+    ("vocab_size", 1 << 22),
+    ("type_vocab_size", 1 << 16),
+    ("max_position_embeddings", 1 << 24),
+    ("num_latents_value", 1 << 16),
+    ("latent_dim", 1 << 16),
+];
+
+/// Refuses a size beyond [`SIZE_LIMITS`] in `config.json` (or its `text_config`), naming the key.
+fn check_sizes(path: &Path, value: &serde_json::Value) -> Result<()> {
+    for config in [Some(value), value.get("text_config")]
+        .into_iter()
+        .flatten()
+    {
+        for (key, limit) in SIZE_LIMITS {
+            if let Some(n) = config.get(key).and_then(serde_json::Value::as_u64)
+                && n > limit
+            {
+                return Err(Error::format(
+                    path,
+                    format!("{key}: {n} is more than {limit}, beyond any model this reads"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl ModelConfig {
     /// Reads `config.json`, detecting the family from `model_type` (or
     /// `architectures`; BERT where neither says).
     pub fn read(path: &Path) -> Result<Self> {
         let value: serde_json::Value = crate::config::read_json(path)?;
+        check_sizes(path, &value)?;
         let model_type = value.get("model_type").and_then(serde_json::Value::as_str);
         let architecture = value
             .get("architectures")

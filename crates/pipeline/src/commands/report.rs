@@ -47,6 +47,17 @@ impl Finished {
         if stages.is_empty() {
             bail!("{}: no stage has scores", path.display());
         }
+        // A stage's name picks its run file, run.<stage>.trec, beside results.json: nothing
+        // that leaves the directory.
+        if let Some((name, _)) = stages
+            .iter()
+            .find(|(name, _)| name.contains(['/', '\\', '\0']) || name.starts_with('.'))
+        {
+            bail!(
+                "{}: scores: stage {name:?} is not a stage name (its run file would be outside the run's directory)",
+                path.display()
+            );
+        }
         Ok(Self {
             dir: dir.to_owned(),
             results,
