@@ -278,7 +278,12 @@ pub fn served_models(
     endpoint: usize,
 ) -> std::result::Result<Vec<ServedModel>, pool::Failure> {
     let bytes = pool.get(endpoint, "models")?;
-    let value: serde_json::Value = serde_json::from_slice(&bytes)
+    parse_models(&bytes)
+}
+
+/// The models of a `GET {endpoint}/models` answer (OpenAI's `{"data": [{"id", ...}]}`).
+pub fn parse_models(bytes: &[u8]) -> std::result::Result<Vec<ServedModel>, pool::Failure> {
+    let value: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|e| pool::Failure::Answer(format!("GET /models: not JSON ({e})")))?;
     let list = value
         .get("data")

@@ -534,7 +534,7 @@ fn backoff(failures: usize) -> Duration {
 }
 
 /// `Retry-After`: seconds, or an HTTP date.
-fn parse_retry_after(value: &str) -> Option<Duration> {
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
     let value = value.trim();
     if let Ok(seconds) = value.parse::<u64>() {
         return Some(Duration::from_secs(seconds));
@@ -549,7 +549,7 @@ fn parse_retry_after(value: &str) -> Option<Duration> {
 /// The message in an error answer: OpenAI's `{"error": {"message"}}`,
 /// `{"error": "…"}`, `{"message"}`, FastAPI's `{"detail"}`, else the start
 /// of the body.
-fn server_message(body: &[u8]) -> String {
+pub fn server_message(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
         let found = value

@@ -1,0 +1,4 @@
+//! The `outputs` fuzz target (see skillret_fuzz::TARGETS): `scripts/fuzz.sh outputs`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| skillret_fuzz::fuzz("outputs", data));

@@ -1,0 +1,4 @@
+//! The `qrels` fuzz target (see skillret_fuzz::TARGETS): `scripts/fuzz.sh qrels`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| skillret_fuzz::fuzz("qrels", data));

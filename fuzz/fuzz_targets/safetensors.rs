@@ -1,0 +1,4 @@
+//! The `safetensors` fuzz target (see skillret_fuzz::TARGETS): `scripts/fuzz.sh safetensors`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| skillret_fuzz::fuzz("safetensors", data));

@@ -1,0 +1,4 @@
+//! The `skills` fuzz target (see skillret_fuzz::TARGETS): `scripts/fuzz.sh skills`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| skillret_fuzz::fuzz("skills", data));

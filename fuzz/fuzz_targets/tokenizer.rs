@@ -1,0 +1,4 @@
+//! The `tokenizer` fuzz target (see skillret_fuzz::TARGETS): `scripts/fuzz.sh tokenizer`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| skillret_fuzz::fuzz("tokenizer", data));
