@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Fuzzes the readers of outside input (fuzz/: one libFuzzer target per reader).
 #
-#   scripts/fuzz.sh [TARGET] [SECONDS]
+#   scripts/fuzz.sh [TARGET] [SECONDS] [RUNS]
 #
 # TARGET: one target (two processes fuzz it, sharing its corpus), or all of them (the default),
-# two at a time; SECONDS: how long each target runs (default 60). Built by `cargo fuzz` on the
+# two at a time; SECONDS: how long each target runs at most (default 60); RUNS: each process
+# stops sooner at that many executions (default: no such limit). Built by `cargo fuzz` on the
 # stable toolchain (no sanitizer; debug assertions on, so an overflow panics), in release mode.
 # Each process runs with -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10: a panic, an abort,
 # memory beyond 2 GiB (or one allocation beyond it) or an input that takes over 10 s is a
@@ -24,8 +25,13 @@ command -v cargo-fuzz >/dev/null || {
 mapfile -t all < <(sed -n 's/^name = "\(.*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^skillret-fuzz$')
 target=${1:-}
 seconds=${2:-60}
+runs=${3:--1}
 [[ $seconds =~ ^[0-9]+$ && $seconds -gt 0 ]] || {
     echo "fuzz.sh: SECONDS must be a positive whole number, not '$seconds'" >&2
+    exit 2
+}
+[[ $runs == -1 || ($runs =~ ^[0-9]+$ && $runs -gt 0) ]] || {
+    echo "fuzz.sh: RUNS must be a positive whole number, not '$runs'" >&2
     exit 2
 }
 if [[ -n $target ]]; then
@@ -57,16 +63,17 @@ export RAYON_NUM_THREADS=1
 fuzz_one() {
     local t=$1 job=$2
     mkdir -p "fuzz/work/$t" "fuzz/artifacts/$t"
-    local status=0
+    local status=0 start=$SECONDS
     cargo fuzz run "${build[@]}" "$t" "fuzz/work/$t" "fuzz/corpus/$t" -- \
-        -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 \
+        -max_total_time="$seconds" -runs="$runs" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 \
         -max_len=16384 -dict="fuzz/dictionaries/$t.dict" -print_final_stats=1 \
         -close_fd_mask=1 -reload=1 -artifact_prefix="fuzz/artifacts/$t/" \
         >"$out/logs/$t.$job.log" 2>&1 || status=$?
     echo "$status" >"$out/logs/$t.$job.status"
+    echo $((SECONDS - start)) >"$out/logs/$t.$job.seconds"
 }
 export -f fuzz_one
-export out seconds
+export out seconds runs
 export build_flags="${build[*]}"
 
 started=$SECONDS
@@ -83,10 +90,10 @@ rm -rf "$out/tmp"
 # The table: each target's processes summed (executions, findings), their rate, the highest
 # coverage and peak memory.
 {
-    echo "| target | executions | exec/s | coverage | peak MiB | findings |"
-    echo "|---|---:|---:|---:|---:|---|"
+    echo "| target | executions | minutes | exec/s | coverage | peak MiB | findings |"
+    echo "|---|---:|---:|---:|---:|---:|---|"
     for t in "${targets[@]}"; do
-        execs=0 rate=0 cov=0 peak=0 found=""
+        execs=0 rate=0 cov=0 peak=0 took=0 found=""
         for log in "$out/logs/$t".*.log; do
             e=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
             r=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1)
@@ -96,12 +103,14 @@ rm -rf "$out/tmp"
             rate=$((rate + ${r:-0}))
             ((${c:-0} > cov)) && cov=${c:-0}
             ((${p:-0} > peak)) && peak=${p:-0}
+            s=$(cat "${log%.log}.seconds")
+            ((s > took)) && took=$s
             status=$(cat "${log%.log}.status")
             if [[ $status != 0 ]]; then
                 found+="exit $status: $(grep -m1 -oE 'panicked at [^ ]+|ERROR: libFuzzer: [a-z-]+|out-of-memory[^)]*\)' "$log" || echo see "$log") "
             fi
         done
-        echo "| $t | $execs | $rate | $cov | $peak | ${found:-0} |"
+        echo "| $t | $execs | $(printf '%d.%d' $((took / 60)) $((took % 60 / 6))) | $rate | $cov | $peak | ${found:-0} |"
     done
 } | tee "$out/table.md"
 echo "fuzz.sh: $((SECONDS - started)) s; logs in $out/logs, findings in fuzz/artifacts/"

@@ -365,3 +365,37 @@ fn a_sweep_writes_a_leaderboard_page_linking_each_report() {
         "{tiers:?}"
     );
 }
+
+/// What the fuzzer found in results.json (issue 54): a `protocol.k` with a 0 made `pipeline
+/// report` fail with an error naming no file. Each cut-off is checked where it is read.
+#[test]
+fn a_report_refuses_cut_offs_it_cannot_use_naming_results_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(
+        dir.path(),
+        "[data]\nsplit = \"test\"\n[retriever]\nkind = \"bm25\"\ntop_n = 20\n",
+        &fixture("tiny"),
+        "bm25",
+    );
+    let results = out.join("results.json");
+    let good: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    for k in [
+        serde_json::json!([0, 10, 15]),
+        serde_json::json!([]),
+        serde_json::json!([5, "ten"]),
+        serde_json::json!(1_000_001),
+    ] {
+        let mut bad = good.clone();
+        bad["protocol"]["k"] = k.clone();
+        std::fs::write(&results, bad.to_string()).unwrap();
+        let html = dir.path().join("report.html");
+        let result = pipeline(&["report", path(&out), "--out", path(&html)]);
+        assert_eq!(result.status.code(), Some(1), "{k}");
+        let err = text(&result.stderr);
+        assert!(
+            err.contains(&format!("{}: `protocol.k` is {k}", results.display())),
+            "{err}"
+        );
+        assert!(!html.exists(), "{k}: a page was written");
+    }
+}

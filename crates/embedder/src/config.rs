@@ -229,7 +229,7 @@ impl SentenceTransformersConfig {
         let modules_path = dir.join("modules.json");
         if modules_path.is_file() {
             config.has_modules = true;
-            let modules: Vec<Module> = read_json(&modules_path)?;
+            let modules = read_modules(&modules_path)?;
             for (i, module) in modules.iter().enumerate() {
                 let name = module.kind.rsplit('.').next().unwrap_or_default();
                 match name {
@@ -472,12 +472,31 @@ fn read_pooling(path: &Path) -> Result<(Pooling, bool)> {
 /// The directories of the Pooling modules `modules.json` lists (where their
 /// `config.json` is).
 pub(crate) fn pooling_dirs(modules: &Path) -> Result<Vec<String>> {
-    let modules: Vec<Module> = read_json(modules)?;
-    Ok(modules
+    Ok(read_modules(modules)?
         .into_iter()
         .filter(|m| m.kind.rsplit('.').next() == Some("Pooling"))
         .map(|m| m.path)
         .collect())
+}
+
+/// The modules of `modules.json`, each in a folder inside the model's (no root, no `..`).
+fn read_modules(path: &Path) -> Result<Vec<Module>> {
+    let modules: Vec<Module> = read_json(path)?;
+    for (i, module) in modules.iter().enumerate() {
+        if !Path::new(&module.path)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+        {
+            return Err(Error::format(
+                path,
+                format!(
+                    "[{i}].path: {:?} is not a folder inside the model directory",
+                    module.path
+                ),
+            ));
+        }
+    }
+    Ok(modules)
 }
 
 /// `model_max_length` of `tokenizer_config.json`, when it is a real limit

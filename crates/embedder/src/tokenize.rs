@@ -481,7 +481,44 @@ fn failed(e: impl std::fmt::Display) -> Error {
 /// naming the file and line.
 fn read_tokenizer(path: &Path) -> Result<Tokenizer> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
+    let json: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| Error::format(path, format!("not JSON: {e}")))?;
+    check_templates(path, &json["post_processor"], "post_processor")?;
     Tokenizer::from_bytes(&bytes).map_err(|e| Error::format(path, e.to_string()))
+}
+
+/// Every special token a `TemplateProcessing` post-processor (also inside a `Sequence` of them)
+/// puts in its templates is one it defines: tokenizers reads such a file and panics when it
+/// encodes with it (issue 54's fuzzing).
+fn check_templates(path: &Path, processor: &serde_json::Value, at: &str) -> Result<()> {
+    match processor["type"].as_str() {
+        Some("Sequence") => {
+            for (i, inner) in processor["processors"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                check_templates(path, inner, &format!("{at}.processors[{i}]"))?;
+            }
+        }
+        Some("TemplateProcessing") => {
+            let defined = &processor["special_tokens"];
+            for template in ["single", "pair"] {
+                let pieces = processor[template].as_array().into_iter().flatten();
+                for id in pieces.filter_map(|p| p["SpecialToken"]["id"].as_str()) {
+                    if defined.get(id).is_none_or(|t| t["id"] != id) {
+                        return Err(Error::format(
+                            path,
+                            format!(
+                                "{at}.{template}: special token {id:?} is not among its special_tokens"
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }

@@ -289,6 +289,24 @@ fn settings_that_cannot_work_are_refused() {
         r#"{"pooling_mode_mean_tokens": true}"#,
     )
     .unwrap();
+    // A module's folder outside the model's (the fuzzer's "/_Pooling", issue 54) is refused.
+    for outside in ["/_Pooling", "../1_Pooling", "1_Pooling/../../x"] {
+        std::fs::write(
+            dir.path().join("modules.json"),
+            format!(
+                r#"[{{"idx": 1, "name": "1", "path": "{outside}", "type": "sentence_transformers.models.Pooling"}}]"#
+            ),
+        )
+        .unwrap();
+        let err = load(dir.path(), EmbedderOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("modules.json"), "{err}");
+        assert!(
+            err.to_string()
+                .contains(&format!("[0].path: {outside:?} is not a folder inside")),
+            "{err}"
+        );
+    }
+    std::fs::remove_file(dir.path().join("modules.json")).unwrap();
 
     std::fs::write(dir.path().join("config.json"), r#"{"hidden_size": 8}"#).unwrap();
     let err = load(dir.path(), EmbedderOptions::default()).unwrap_err();
@@ -353,6 +371,31 @@ fn a_broken_tokenizer_or_a_length_below_its_special_tokens_is_refused() {
         .to_string();
     assert!(
         err.contains("tokenizer.json") && err.contains("cannot hold the 3 special tokens"),
+        "{err}"
+    );
+
+    // A template's special token filed under another name (the fuzzer's "[NEP]" holding
+    // "[SEP]"): tokenizers read it and panicked when it encoded.
+    let mut tokenizer: serde_json::Value = serde_json::from_str(&good).unwrap();
+    let special = tokenizer["post_processor"]["special_tokens"]
+        .as_object_mut()
+        .unwrap();
+    let (name, token) = special
+        .iter()
+        .next()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .unwrap();
+    special.remove(&name);
+    special.insert("[NEP]".into(), token);
+    std::fs::write(&path, tokenizer.to_string()).unwrap();
+    let err = embedder::Tokenization::from_dir(dir.path(), None, None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tokenizer.json")
+            && err.contains(&format!(
+                "post_processor.single: special token {name:?} is not among its special_tokens"
+            )),
         "{err}"
     );
 }

@@ -11,7 +11,7 @@ use eval::Run;
 use serde_json::Value;
 
 use crate::cli::ReportArgs;
-use crate::config::DataSource;
+use crate::config::{DataSource, MAX_DEPTH};
 use crate::ranking::Stage;
 
 /// What a finished run's files say.
@@ -80,6 +80,33 @@ impl Finished {
                 self.dir.join("results.json").display()
             ),
         }
+    }
+
+    /// The run's cut-offs (`protocol.k`): positive whole numbers no deeper than any ranking
+    /// this tool makes; 5, 10 and 15 where the run records none.
+    fn cutoffs(&self) -> Result<Vec<usize>> {
+        let k = &self.protocol()["k"];
+        if k.is_null() {
+            return Ok(vec![5, 10, 15]);
+        }
+        let expected = || {
+            format!(
+                "{}: `protocol.k` is {k}; expected a list of whole numbers from 1 to {MAX_DEPTH}",
+                self.dir.join("results.json").display()
+            )
+        };
+        let list = k
+            .as_array()
+            .filter(|k| !k.is_empty())
+            .with_context(expected)?;
+        list.iter()
+            .map(|v| {
+                v.as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|n| (1..=MAX_DEPTH).contains(n))
+                    .with_context(expected)
+            })
+            .collect()
     }
 
     fn split(&self) -> String {
@@ -184,15 +211,7 @@ pub(crate) fn run(args: &ReportArgs) -> Result<()> {
         q.sort_by(|a, b| a.id.cmp(&b.id));
         q
     };
-    let k: Vec<usize> = first.protocol()["k"]
-        .as_array()
-        .map(|k| {
-            k.iter()
-                .filter_map(|v| v.as_u64().map(|v| v as usize))
-                .collect()
-        })
-        .filter(|k: &Vec<usize>| !k.is_empty())
-        .unwrap_or_else(|| vec![5, 10, 15]);
+    let k = first.cutoffs()?;
     let label = dataset.label().to_owned();
     let title = match runs.as_slice() {
         [one] => format!(
