@@ -40,6 +40,12 @@ def joined(*parts):
     return b"\0".join(parts)
 
 
+def sized(first, second):
+    """Two binary files in one input, as fuzz/src/lib.rs's `sized` cuts them: the first's
+    length (8 bytes, little endian), the first, the second."""
+    return struct.pack("<Q", len(first)) + first + second
+
+
 def seed(target, name, data):
     folder = CORPUS / target
     folder.mkdir(parents=True, exist_ok=True)
@@ -137,6 +143,21 @@ def weights():
         seed("model_config_structured", f"bytes-{i}", blob)
 
 
+def cache_and_checkpoint():
+    """A whole shard of the cache target's (2 rows of 4 floats) and its probe, in the cache's
+    layout (SKRVEC01, the float count, the floats); a checkpoint of step 3 of 10 as
+    pipeline train writes one (state.json, the optimiser's moments and step, all F32)."""
+    vec = lambda n: b"SKRVEC01" + struct.pack("<Q", n) + struct.pack(f"<{n}f", *[0.5 * i for i in range(n)])
+    seed("cache", "shard-and-probe", sized(vec(8), vec(4)))
+    seed("cache", "a-short-shard", sized(vec(4), b"SKRVEC01"))
+    state = json.dumps({"step": 3, "steps": 10, "fingerprint": "fuzz", "base": "base"}, indent=2).encode()
+    f32 = lambda n: struct.pack(f"<{n}f", *[0.125 * i for i in range(n)])
+    optimizer = tensors([("m.b", "F32", [3], f32(3)), ("m.w", "F32", [2, 3], f32(6)), ("step", "F32", [1], struct.pack("<f", 3.0)),
+                         ("v.b", "F32", [3], f32(3)), ("v.w", "F32", [2, 3], f32(6))])
+    seed("checkpoint", "step-3-of-10", joined(state, optimizer))
+    seed("checkpoint", "another-fingerprint", joined(state.replace(b'"fuzz"', b'"other"'), optimizer))
+
+
 def e5s1():
     header = b"E5S1" + struct.pack("<I", 1) + struct.pack("<7i", 8, 1, 2, 16, 3, 8, 2) + struct.pack("<f", 1e-12)
     header += struct.pack("<i", 32)
@@ -155,9 +176,12 @@ def e5s1():
 
 
 def stable(value):
-    """A run's results without what changes between runs: timings, and this checkout's path."""
+    """A run's results without what changes between runs: timings, the commit, and this
+    checkout's path."""
     if isinstance(value, dict):
-        return {k: 0.001 if "seconds" in k and isinstance(v, float) else stable(v) for k, v in value.items()}
+        return {k: 0.001 if "seconds" in k and isinstance(v, float) else
+                "7ee7938b1aa52137e8f2773631eef0e0f686d310+dirty" if k == "git_commit" else stable(v)
+                for k, v in value.items()}
     if isinstance(value, list):
         return [stable(v) for v in value]
     if isinstance(value, str) and value.startswith(str(ROOT) + "/"):
@@ -223,8 +247,8 @@ cache = "{tmp}/cache"
 """)
         subprocess.run([pipeline, "run", "--config", str(config)], check=True, capture_output=True)
         (index,) = (Path(tmp) / "cache" / "hnsw").iterdir()
-        seed("hnsw_index", "tiny-minilm", joined(*[(index / n).read_bytes() for n in
-                                                   ["index.json", "graph.hnsw.graph", "graph.hnsw.data"]]))
+        header, graph, vectors = [(index / n).read_bytes() for n in ["index.json", "graph.hnsw.graph", "graph.hnsw.data"]]
+        seed("hnsw_index", "tiny-minilm", joined(header, sized(graph, vectors)))
 
 
 # Tokens of each format, beside the keys found in the target's seeds.
@@ -247,7 +271,8 @@ FORMATS = {
     "outputs": ["json", "trec"], "safetensors": ["json", "binary"], "safetensors_structured": ["binary"],
     "model_config": ["json"], "model_config_structured": ["binary"], "tokenizer": ["json"],
     "sentence_transformers": ["json"], "chat_template": ["jinja"], "e5s1": ["binary"],
-    "hnsw_index": ["json", "binary"], "served": ["json"],
+    "hnsw_index": ["json", "binary"], "cache": ["binary"], "checkpoint": ["json", "binary"],
+    "served": ["json"],
 }
 
 
@@ -291,6 +316,7 @@ def main():
     models()
     weights()
     e5s1()
+    cache_and_checkpoint()
     pipeline_outputs(args.pipeline)
     hnsw(args.pipeline)
     dictionaries()

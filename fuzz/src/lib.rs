@@ -123,8 +123,18 @@ pub const TARGETS: &[Target] = &[
     },
     Target {
         name: "hnsw_index",
-        reads: "a saved HNSW index, index.json \\0 graph \\0 data: index::HnswIndex::load",
+        reads: "a saved HNSW index, index.json \\0 graph and data (as `sized` cuts them): index::HnswIndex::load",
         run: hnsw_index,
+    },
+    Target {
+        name: "cache",
+        reads: "an embedding cache shard and its probe vector: pipeline::cache::Shards::load, load_probe",
+        run: cache,
+    },
+    Target {
+        name: "checkpoint",
+        reads: "a training checkpoint, state.json \\0 optimizer.safetensors: train::trainer::read_checkpoint_state, restore_optimizer",
+        run: checkpoint,
     },
     Target {
         name: "served",
@@ -171,6 +181,16 @@ fn put(dir: &Path, name: &str, bytes: Option<&[u8]>) -> PathBuf {
         }
     }
     path
+}
+
+/// Two binary files in one input (they may hold NUL bytes): the first's length (8 bytes, little
+/// endian, at most what follows), the first, the second.
+fn sized(data: &[u8]) -> (&[u8], &[u8]) {
+    let Some((len, rest)) = data.split_first_chunk::<8>() else {
+        return (data, &[]);
+    };
+    let len = usize::try_from(u64::from_le_bytes(*len)).map_or(rest.len(), |n| n.min(rest.len()));
+    rest.split_at(len)
 }
 
 /// `data` cut at NUL bytes into `n` parts, `None` for those it does not reach.
@@ -425,11 +445,12 @@ fn e5s1(scratch: &Path, data: &[u8]) {
 }
 
 fn hnsw_index(scratch: &Path, data: &[u8]) {
-    let p = parts(data, 3);
+    let p = parts(data, 2);
     let dir = scratch.join("hnsw");
     put(&dir, index::hnsw::HEADER_FILE, p[0]);
-    put(&dir, "graph.hnsw.graph", p[1]);
-    put(&dir, "graph.hnsw.data", p[2]);
+    let (graph, vectors) = p[1].map(sized).unzip();
+    put(&dir, "graph.hnsw.graph", graph);
+    put(&dir, "graph.hnsw.data", vectors);
     // The corpus of the seed's index (scripts/make_fuzz_corpus.py saves one for the tiny data),
     // so that a header that matches it reaches the graph and data files.
     static IDS: std::sync::OnceLock<Vec<Arc<str>>> = std::sync::OnceLock::new();
@@ -440,6 +461,65 @@ fn hnsw_index(scratch: &Path, data: &[u8]) {
         skills.into_iter().map(|s| Arc::from(s.id)).collect()
     });
     check(scratch, index::HnswIndex::load(&dir, ids.clone()));
+}
+
+/// A cache of three inputs in shards of two, 4 floats each: shard 0 and the probe vector are
+/// the fuzzer's (in one input as `sized` cuts it). A shard that is not a whole one of this cache
+/// is embedded again (`None`).
+fn cache(scratch: &Path, data: &[u8]) {
+    use pipeline::cache::Shards;
+    let texts = ["a", "b", "c"].map(String::from);
+    let shards = Shards::new(scratch, "docs", "fuzz", &["1", "2", "3"], &texts, 4, 2);
+    let (shard, probe) = sized(data);
+    put(scratch, &relative(scratch, &shards.path(0)), Some(shard));
+    put(
+        scratch,
+        &relative(scratch, &shards.probe_path()),
+        Some(probe),
+    );
+    if let Some(Some(vectors)) = check(scratch, shards.load(0)) {
+        assert_eq!(vectors.len(), shards.range(0).len() * 4, "a shard's floats");
+    }
+    check(scratch, shards.load_probe());
+}
+
+fn relative(scratch: &Path, path: &Path) -> String {
+    let inside = path
+        .strip_prefix(scratch)
+        .expect("the cache is in the scratch directory");
+    inside.display().to_string()
+}
+
+/// A checkpoint of a run of 10 steps resumed by a run with the same fingerprint: its
+/// state.json, and its optimiser state for two parameters (2x3 and 3 floats).
+fn checkpoint(scratch: &Path, data: &[u8]) {
+    use candle_core::{DType, Device, Var};
+    let p = parts(data, 2);
+    let dir = scratch.join("checkpoint");
+    put(&dir, "state.json", p[0]);
+    put(&dir, "optimizer.safetensors", p[1]);
+    let Some(step) = check(
+        scratch,
+        train::trainer::read_checkpoint_state(&dir, "fuzz", "base", 10),
+    ) else {
+        return;
+    };
+    let params = [("w", vec![2, 3]), ("b", vec![3])].map(|(name, shape)| train::Param {
+        name: name.to_owned(),
+        var: Var::zeros(shape, DType::F32, &Device::Cpu).expect("a tiny parameter"),
+        trainable: true,
+    });
+    let mut optimizer =
+        train::AdamW::new(train::AdamWConfig::default(), &params).expect("an optimiser");
+    check(
+        scratch,
+        train::trainer::restore_optimizer(
+            &mut optimizer,
+            &params,
+            &dir.join("optimizer.safetensors"),
+            step,
+        ),
+    );
 }
 
 /// Served models' answers; their errors are about an answer, not a file.

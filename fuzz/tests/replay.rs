@@ -77,3 +77,31 @@ fn every_target_has_a_fuzz_binary_and_a_seed_corpus() {
         assert!(n > 0, "{}: no seed inputs", seeds.display());
     }
 }
+
+/// The seeds that are whole, valid files reach the end of their reader without an error (so
+/// that the fuzzer starts from inputs that pass every check, and the targets cut their parts
+/// as the seeds were written).
+#[test]
+fn whole_seeds_are_read_without_an_error() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (name, seed) in [
+        ("hnsw_index", "tiny-minilm"),
+        ("cache", "shard-and-probe"),
+        ("checkpoint", "step-3-of-10"),
+    ] {
+        let target = skillret_fuzz::target(name).expect("a target");
+        let data = std::fs::read(root.join("corpus").join(name).join(seed)).expect("the seed");
+        let scratch = tempfile::tempdir().expect("a scratch directory");
+        let errors = target.errors(scratch.path(), &data);
+        assert!(errors.is_empty(), "{name}/{seed}: {errors:?}");
+    }
+    // The other checkpoint seed is refused for its fingerprint, naming state.json.
+    let target = skillret_fuzz::target("checkpoint").expect("a target");
+    let data = std::fs::read(root.join("corpus/checkpoint/another-fingerprint")).expect("seed");
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    let errors = target.errors(scratch.path(), &data);
+    assert!(
+        errors.len() == 1 && errors[0].contains("state.json: fingerprint"),
+        "{errors:?}"
+    );
+}

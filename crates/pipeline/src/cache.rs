@@ -138,7 +138,8 @@ pub(crate) fn content_key(settings: &str, ids: &[&str], texts: &[String]) -> Str
 }
 
 /// One set of inputs to embed under one key.
-pub(crate) struct Shards {
+#[derive(Debug)]
+pub struct Shards {
     dir: PathBuf,
     size: usize,
     count: usize,
@@ -149,7 +150,7 @@ pub(crate) struct Shards {
 impl Shards {
     /// The shard directory for `texts` (with their `ids`) embedded under
     /// `settings` (every option that changes a vector, as text).
-    pub(crate) fn new(
+    pub fn new(
         cache: &Path,
         what: &str,
         settings: &str,
@@ -175,11 +176,12 @@ impl Shards {
     }
 
     /// The input range of shard `i`.
-    pub(crate) fn range(&self, i: usize) -> std::ops::Range<usize> {
+    pub fn range(&self, i: usize) -> std::ops::Range<usize> {
         i * self.size..((i + 1) * self.size).min(self.inputs)
     }
 
-    fn path(&self, i: usize) -> PathBuf {
+    /// The file of shard `i`.
+    pub fn path(&self, i: usize) -> PathBuf {
         self.dir.join(format!("shard-{i:06}.f32"))
     }
 
@@ -188,12 +190,13 @@ impl Shards {
         &self.dir
     }
 
-    fn probe_path(&self) -> PathBuf {
+    /// The file of the probe vector.
+    pub fn probe_path(&self) -> PathBuf {
         self.dir.join("probe.f32")
     }
 
     /// The probe vector stored with these shards (served models), if any.
-    pub(crate) fn load_probe(&self) -> Result<Option<Vec<f32>>> {
+    pub fn load_probe(&self) -> Result<Option<Vec<f32>>> {
         let path = self.probe_path();
         match fs::read(&path) {
             Ok(bytes) => {
@@ -224,7 +227,7 @@ impl Shards {
     }
 
     /// The vectors of shard `i` if a complete copy is on disk.
-    pub(crate) fn load(&self, i: usize) -> Result<Option<Vec<f32>>> {
+    pub fn load(&self, i: usize) -> Result<Option<Vec<f32>>> {
         let path = self.path(i);
         let bytes = match fs::read(&path) {
             Ok(b) => b,

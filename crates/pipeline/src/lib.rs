@@ -3,7 +3,7 @@
 #![warn(missing_docs)]
 
 mod breakdown;
-mod cache;
+pub mod cache;
 pub mod cli;
 mod commands;
 pub mod config;

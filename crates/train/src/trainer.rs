@@ -603,6 +603,45 @@ fn restore(
     base_name: &str,
     steps: u64,
 ) -> Result<u64> {
+    let step = read_checkpoint_state(checkpoint, fingerprint, base_name, steps)?;
+    let weights = read_tensors(&checkpoint.join("model.safetensors"), model.device())?;
+    for p in model.params() {
+        let t = weights.get(&p.name).ok_or_else(|| {
+            Error::format(
+                &checkpoint.join("model.safetensors"),
+                format!("no tensor `{}`", p.name),
+            )
+        })?;
+        if t.dims() != p.var.dims() {
+            return Err(Error::format(
+                &checkpoint.join("model.safetensors"),
+                format!(
+                    "tensor `{}` has shape {:?}, the model {:?}",
+                    p.name,
+                    t.dims(),
+                    p.var.dims()
+                ),
+            ));
+        }
+        p.var.set(t)?;
+    }
+    restore_optimizer(
+        optimizer,
+        model.params(),
+        &checkpoint.join("optimizer.safetensors"),
+        step,
+    )?;
+    Ok(step)
+}
+
+/// A checkpoint's `state.json`, checked against the run that resumes from it (the same
+/// fingerprint and number of steps); its step.
+pub fn read_checkpoint_state(
+    checkpoint: &Path,
+    fingerprint: &str,
+    base_name: &str,
+    steps: u64,
+) -> Result<u64> {
     let state_path = checkpoint.join("state.json");
     let bytes = std::fs::read(&state_path).map_err(|e| Error::io(&state_path, e))?;
     let state: CheckpointState =
@@ -632,28 +671,31 @@ fn restore(
             ),
         ));
     }
-    let weights = read_tensors(&checkpoint.join("model.safetensors"), model.device())?;
-    for p in model.params() {
-        let t = weights.get(&p.name).ok_or_else(|| {
-            Error::format(
-                &checkpoint.join("model.safetensors"),
-                format!("no tensor `{}`", p.name),
-            )
-        })?;
-        if t.dims() != p.var.dims() {
-            return Err(Error::format(
-                &checkpoint.join("model.safetensors"),
-                format!(
-                    "tensor `{}` has shape {:?}, the model {:?}",
-                    p.name,
-                    t.dims(),
-                    p.var.dims()
-                ),
-            ));
-        }
-        p.var.set(t)?;
+    Ok(state.step)
+}
+
+/// A checkpoint's optimiser state (`optimizer.safetensors`: each trainable parameter's moments
+/// and the step), restored into `optimizer` after it was checked against `params` and the
+/// checkpoint's `step`.
+pub fn restore_optimizer(
+    optimizer: &mut AdamW,
+    params: &[crate::Param],
+    path: &Path,
+    step: u64,
+) -> Result<()> {
+    let device = params
+        .first()
+        .map_or(Device::Cpu, |p| p.var.device().clone());
+    let mut opt = read_tensors(path, &device)?;
+    if let Some((name, t)) = opt
+        .iter()
+        .find(|(name, t)| name.as_str() != "step" && t.dtype() != candle_core::DType::F32)
+    {
+        return Err(Error::format(
+            path,
+            format!("tensor `{name}` is {:?}, not F32", t.dtype()),
+        ));
     }
-    let mut opt = read_tensors(&checkpoint.join("optimizer.safetensors"), model.device())?;
     if let Some(step) = opt.get("step") {
         let values = step
             .to_dtype(candle_core::DType::F64)?
@@ -661,7 +703,7 @@ fn restore(
             .to_vec1::<f64>()?;
         let &[value] = values.as_slice() else {
             return Err(Error::format(
-                &checkpoint.join("optimizer.safetensors"),
+                path,
                 format!("tensor `step` holds {} values, not one", values.len()),
             ));
         };
@@ -670,18 +712,19 @@ fn restore(
             Tensor::new(&[value as i64], &Device::Cpu)?,
         );
     }
-    optimizer.restore(model.params(), &opt)?;
-    if optimizer.steps() != state.step {
+    optimizer
+        .restore(params, &opt)
+        .map_err(|e| Error::format(path, e.to_string()))?;
+    if optimizer.steps() != step {
         return Err(Error::format(
-            &state_path,
+            path,
             format!(
-                "step {} but the optimiser state has {}",
-                state.step,
+                "step {} but the checkpoint's state.json has {step}",
                 optimizer.steps()
             ),
         ));
     }
-    Ok(state.step)
+    Ok(())
 }
 
 fn read_tensors(path: &Path, device: &Device) -> Result<HashMap<String, Tensor>> {
