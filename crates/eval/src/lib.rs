@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod official;
 mod qrels;
 mod run;
+pub mod sentences;
 pub mod stats;
 mod trec;
 
