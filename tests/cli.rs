@@ -2176,3 +2176,183 @@ fn embed_renders_chat_template_models_as_sentence_transformers_does() {
         assert!(cosine >= 0.99999, "{}: {cosine}", case["text"]);
     }
 }
+
+/// `pipeline run --query-focus` on `tests/fixtures/focus` with `config` (a retriever section);
+/// returns the run directory.
+fn focus_run(dir: &Path, name: &str, config: &str) -> PathBuf {
+    let file = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &file,
+        format!(
+            "[data]\nsplit = \"test\"\n{config}\n[output]\ncache = \"{}\"\n",
+            dir.join("cache").display()
+        ),
+    )
+    .unwrap();
+    let out = dir.join(name);
+    let result = pipeline(&[
+        "run",
+        "--config",
+        path(&file),
+        "--data",
+        path(&fixture("focus")),
+        "--out",
+        path(&out),
+        "--query-focus",
+    ]);
+    assert!(result.status.success(), "{}", text(&result.stderr));
+    assert!(text(&result.stdout).contains("Query focus"));
+    out
+}
+
+/// focus.tsv's rows as maps of column to cell.
+fn focus_rows(run: &Path) -> Vec<std::collections::HashMap<String, String>> {
+    let tsv = std::fs::read_to_string(run.join("focus.tsv")).unwrap();
+    let mut lines = tsv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split('\t').collect();
+    lines
+        .map(|l| {
+            header
+                .iter()
+                .zip(l.split('\t'))
+                .map(|(h, c)| ((*h).to_owned(), c.to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+/// The fixture's requests are built so that one known sentence names each gold skill
+/// (tests/fixtures/focus/README.md): the focus pass marks it as the intent sentence, leaving
+/// out a sentence that names no skill changes nothing (BM25: Δ exactly 0), and the outputs are
+/// the same bytes run after run.
+#[test]
+fn query_focus_finds_the_sentences_built_to_carry_each_gold_skill() {
+    let dir = tempfile::tempdir().unwrap();
+    let bm25 = "[retriever]\nkind = \"bm25\"\ntop_n = 10\n";
+    let run = focus_run(dir.path(), "bm25", bm25);
+    let intent = |rows: &[std::collections::HashMap<String, String>], q: &str, skill: &str| {
+        let marked: Vec<&str> = rows
+            .iter()
+            .filter(|r| r["query_id"] == q && r["skill_id"] == skill && r["intent"] == "1")
+            .map(|r| r["sentence"].as_str())
+            .collect();
+        assert_eq!(marked.len(), 1, "{q} {skill}: {marked:?}");
+        marked[0].to_owned()
+    };
+    let rows = focus_rows(&run);
+    assert_eq!(intent(&rows, "f-1", "tiny.k8s-backup"), "1");
+    assert_eq!(intent(&rows, "f-2", "tiny.pdf-extract"), "1");
+    assert_eq!(intent(&rows, "f-2", "tiny.git-rebase"), "2");
+    assert_eq!(intent(&rows, "f-3", "tiny.sql-tuning"), "0");
+    for r in rows
+        .iter()
+        .filter(|r| r["query_id"] == "f-1" && r["sentence"] != "1")
+    {
+        for column in [
+            "delta_score",
+            "delta_rank",
+            "delta_ndcg@10",
+            "delta_recall@10",
+            "delta_completeness@10",
+        ] {
+            assert_eq!(r[column], "0", "f-1 sentence {}: {column}", r["sentence"]);
+        }
+    }
+    // The offsets are the request's characters; f-3's code span stays whole.
+    let focus: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("focus.json")).unwrap()).unwrap();
+    let sentences = |q: &str| {
+        focus["queries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["query_id"] == q)
+            .unwrap()["sentences"]
+            .clone()
+    };
+    assert_eq!(
+        sentences("f-1"),
+        serde_json::json!([[0, 29], [30, 108], [109, 135]])
+    );
+    assert_eq!(sentences("f-3"), serde_json::json!([[0, 86]]));
+    let summary = &focus["stages"]["retriever"]["summary"];
+    assert_eq!(summary["queries"], 3);
+    assert_eq!(summary["multi_skill"]["several_sentences"]["queries"], 1);
+    assert_eq!(summary["ndcg@10"]["n"], 3);
+    // Deterministic: the same bytes again.
+    let again = focus_run(dir.path(), "bm25-again", bm25);
+    for file in ["focus.json", "focus.tsv"] {
+        assert_eq!(
+            std::fs::read(run.join(file)).unwrap(),
+            std::fs::read(again.join(file)).unwrap(),
+            "{file}"
+        );
+    }
+    // A hybrid's parts and its fusion are each a stage of the pass; MiniLM finds the same
+    // intent sentences.
+    let Some(model) = minilm() else { return };
+    let hybrid = focus_run(
+        dir.path(),
+        "hybrid",
+        &format!(
+            "[embedder]\nmodel = \"{}\"\n[retriever]\nkind = \"hybrid\"\ntop_n = 10\n",
+            model.display()
+        ),
+    );
+    let rows = focus_rows(&hybrid);
+    for stage in ["dense", "bm25", "retriever"] {
+        let rows: Vec<_> = rows
+            .iter()
+            .filter(|r| r["stage"] == stage)
+            .cloned()
+            .collect();
+        assert_eq!(rows.len(), 12, "{stage}");
+        assert_eq!(intent(&rows, "f-1", "tiny.k8s-backup"), "1", "{stage}");
+        assert_eq!(intent(&rows, "f-2", "tiny.pdf-extract"), "1", "{stage}");
+        assert_eq!(intent(&rows, "f-2", "tiny.git-rebase"), "2", "{stage}");
+    }
+}
+
+#[test]
+fn query_focus_is_refused_where_it_cannot_run_naming_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        "[data]\nsplit = \"test\"\n[retriever]\nkind = \"bm25\"\n[analysis]\nquery_focus = \"yes\"\n",
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let tiny = fixture("tiny");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--config",
+            path(&config),
+            "--data",
+            path(&tiny),
+            "--out",
+            path(&out),
+        ];
+        args.extend(extra);
+        pipeline(&args)
+    };
+    let result = run(&[]);
+    assert_eq!(result.status.code(), Some(1));
+    let err = text(&result.stderr);
+    assert!(
+        err.contains("c.toml") && err.contains("query_focus"),
+        "{err}"
+    );
+    std::fs::write(
+        &config,
+        "[data]\nsplit = \"test\"\n[retriever]\nkind = \"bm25\"\n[reranker]\nmodel = \"x\"\n",
+    )
+    .unwrap();
+    let given = fixture("tiny/runs/lexical.run.trec");
+    let result = run(&["--query-focus", "--first-stage", path(&given)]);
+    assert_eq!(result.status.code(), Some(1));
+    let err = text(&result.stderr);
+    assert!(err.contains("a given --first-stage has none"), "{err}");
+    assert!(!out.exists(), "an output was written");
+}

@@ -90,6 +90,26 @@ impl ExactIndex {
             .collect()
     }
 
+    /// Every document's score for one query vector (the inner products this index ranks by,
+    /// in the documents' order).
+    pub fn scores(&self, query: &[f32]) -> Result<Vec<f32>, Error> {
+        crate::query_count(query, self.dim)?;
+        if query.len() != self.dim {
+            return Err(Error::Invalid(format!(
+                "one query of dimension {}, not {} floats",
+                self.dim,
+                query.len()
+            )));
+        }
+        let mut scores = vec![0.0f32; self.len()];
+        for start in (0..self.len()).step_by(DOC_BLOCK) {
+            let nd = (self.len() - start).min(DOC_BLOCK);
+            let docs = &self.vectors[start * self.dim..(start + nd) * self.dim];
+            product(&mut scores[start..start + nd], query, docs, 1, nd, self.dim);
+        }
+        Ok(scores)
+    }
+
     /// trec_eval order on (score, index): score descending, then id descending.
     fn before(&self, a: (f32, u32), b: (f32, u32)) -> Ordering {
         b.0.partial_cmp(&a.0)
@@ -219,6 +239,21 @@ mod tests {
         for (q, hits) in got.iter().enumerate() {
             assert_eq!(hits, &brute_force(&index, &queries[q * 4..(q + 1) * 4], 25));
         }
+    }
+
+    #[test]
+    fn scores_are_the_products_search_ranks_by() {
+        let (index, queries) = random_case(3, DOC_BLOCK + 77, 5, 2);
+        for q in queries.chunks_exact(5) {
+            let scores = index.scores(q).unwrap();
+            assert_eq!(scores.len(), index.len());
+            for (i, score) in scores.iter().enumerate() {
+                let v = &index.vectors[i * 5..(i + 1) * 5];
+                let want: f32 = v.iter().zip(q).map(|(a, b)| a * b).sum();
+                assert_eq!(*score, want, "document {i}");
+            }
+        }
+        assert!(index.scores(&[1.0; 10]).is_err());
     }
 
     #[test]

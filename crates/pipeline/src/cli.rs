@@ -148,6 +148,13 @@ pub struct RunArgs {
     /// [retriever] are not used.
     #[arg(long, value_name = "FILE")]
     pub first_stage: Option<PathBuf>,
+
+    /// Query focus (sets [analysis] query_focus): every first stage also retrieves each
+    /// request with each of its sentences left out, and each sentence alone, and writes what
+    /// every sentence does to each gold skill's score and rank and to the query's metrics
+    /// (focus.json, focus.tsv).
+    #[arg(long)]
+    pub query_focus: bool,
 }
 
 const SWEEP_ABOUT: &str = "\

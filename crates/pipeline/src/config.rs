@@ -27,6 +27,17 @@ struct Raw {
     output: RawOutput,
     #[serde(default)]
     sweep: RawSweep,
+    #[serde(default)]
+    analysis: RawAnalysis,
+}
+
+/// `[analysis]`: what a run measures beside the metrics.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAnalysis {
+    /// Query focus: each sentence of every request left out and alone (focus.json, focus.tsv).
+    #[serde(default)]
+    query_focus: bool,
 }
 
 /// What `pipeline sweep` reads and `pipeline run` ignores.
@@ -530,6 +541,9 @@ pub struct Settings {
     /// `[sweep] first_stages`: configurations whose first stages this
     /// reranker reranks in a sweep, as files beside this one.
     pub sweep_first_stages: Vec<PathBuf>,
+    /// `[analysis] query_focus` (or `--query-focus`): the focus pass over each request's
+    /// sentences.
+    pub query_focus: bool,
 }
 
 /// Command-line overrides.
@@ -552,6 +566,8 @@ pub struct Overrides {
     pub top_n: Option<usize>,
     /// `--first-stage`: a run to rerank instead of retrieving.
     pub first_stage: Option<PathBuf>,
+    /// `--query-focus`: sets `[analysis] query_focus`.
+    pub query_focus: bool,
 }
 
 impl Settings {
@@ -680,6 +696,12 @@ fn resolve(raw: Raw, source: &Source<'_>, overrides: &Overrides) -> Result<Setti
     let mut raw_reranker = raw.reranker;
     if overrides.first_stage.is_some() && raw_reranker.is_none() {
         bail!("{file}: --first-stage needs a [reranker] section (it reranks the given run)");
+    }
+    if overrides.first_stage.is_some() && (raw.analysis.query_focus || overrides.query_focus) {
+        bail!(
+            "{file}: query focus retrieves each request's variants with the run's own first stage; \
+             a given --first-stage has none to retrieve them with"
+        );
     }
     let here = path.parent().unwrap_or_else(|| Path::new("."));
     if !raw.sweep.first_stages.is_empty() && raw_reranker.is_none() {
@@ -828,6 +850,7 @@ fn resolve(raw: Raw, source: &Source<'_>, overrides: &Overrides) -> Result<Setti
         limit_queries: overrides.limit_queries,
         first_stage: overrides.first_stage.clone(),
         sweep_first_stages,
+        query_focus: raw.analysis.query_focus || overrides.query_focus,
     })
 }
 

@@ -7,6 +7,7 @@ pub mod cache;
 pub mod cli;
 mod commands;
 pub mod config;
+mod focus;
 mod html;
 mod hub;
 mod plot;

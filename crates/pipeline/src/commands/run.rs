@@ -33,6 +33,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
             rerank_depth: args.rerank_depth,
             top_n: args.top_n,
             first_stage: args.first_stage.clone(),
+            query_focus: args.query_focus,
         },
     )?;
     let mut timings: Vec<StageTiming> = Vec::new();
@@ -154,6 +155,8 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
                 run: first,
                 parts: Vec::new(),
                 index_recall: None,
+                exact: None,
+                bm25: None,
             }
         }
         None => retrieve(
@@ -164,6 +167,19 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
             &queries,
             &mut timings,
         )?,
+    };
+    let focus = if settings.query_focus {
+        Some(query_focus(
+            &settings,
+            vectors.as_mut(),
+            &retrieved,
+            &doc_ids,
+            &queries,
+            &data.qrels,
+            &mut timings,
+        )?)
+    } else {
+        None
     };
     // A hybrid retriever's parts are stages of their own, so that the
     // report shows what each part and the fusion contribute.
@@ -256,6 +272,10 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
         retrieved.index_recall.as_ref(),
         &queries,
     )?;
+    if let Some(focus) = &focus {
+        report::write_json(&settings.out.join("focus.json"), &focus.json)?;
+        report::write_text(&settings.out.join("focus.tsv"), &focus.tsv)?;
+    }
     timings.push(StageTiming::new(
         "score+report",
         started,
@@ -297,6 +317,16 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
     };
     report::write_json(&settings.out.join("results.json"), &results.to_json())?;
     println!("{}", outputs.table);
+    if let Some(focus) = &focus {
+        println!(
+            "Query focus (NDCG@10 of the full request; of the best single sentence, minus it; share of queries one sentence wins; share of |Δ gold score| on the top sentence):"
+        );
+        for (stage, [ndcg, headroom, wins, concentration]) in &focus.headline {
+            println!(
+                "  {stage:<10} NDCG@10 {ndcg:.4}  headroom {headroom:+.4}  single-sentence wins {wins:.3}  concentration {concentration:.3}"
+            );
+        }
+    }
     eprintln!("outputs in {}", settings.out.display());
     eprintln!(
         "report: {} (open it in a browser)",
@@ -305,12 +335,91 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// The focus pass (crate::focus) over every first stage of the run.
+fn query_focus(
+    settings: &Settings,
+    vectors: Option<&mut Vectors>,
+    retrieved: &Retrieved,
+    doc_ids: &[Arc<str>],
+    queries: &[&eval::Query],
+    qrels: &eval::Qrels,
+    timings: &mut Vec<StageTiming>,
+) -> Result<crate::focus::Focus> {
+    use crate::focus::{FocusStage, Scorer, Variants};
+    let r = &settings.retriever;
+    let variants = Variants::new(queries);
+    // The variants embedded as queries are (same model, prompt and cache, resumable).
+    let (exact, bm25) = (retrieved.exact.as_ref(), retrieved.bm25.as_ref());
+    let query_vectors = match (exact, vectors) {
+        (Some(_), Some(vectors)) => {
+            let ids: Vec<&str> = variants.ids.iter().map(String::as_str).collect();
+            let mut v = vectors.embed_cached(
+                &settings.cache,
+                "focus",
+                &vectors.key(Kind::Query),
+                &ids,
+                &variants.texts,
+                Kind::Query,
+                timings,
+            )?;
+            if vectors.normalize() {
+                for row in v.chunks_exact_mut(vectors.dim()) {
+                    embedder::normalize(row);
+                }
+            }
+            Some((v, vectors.dim()))
+        }
+        _ => None,
+    };
+    let dense = exact
+        .zip(query_vectors.as_ref())
+        .map(|(index, (v, dim))| Scorer::Dense {
+            index,
+            vectors: v,
+            dim: *dim,
+        });
+    let sparse = bm25.map(|bm25| Scorer::Bm25 {
+        bm25,
+        texts: &variants.texts,
+    });
+    let stage = |name: &str, scorer, depth| FocusStage {
+        name: name.to_owned(),
+        scorer,
+        top_n: r.top_n,
+        depth,
+    };
+    let stages = match (dense, sparse) {
+        (Some(d), Some(s)) => vec![
+            stage("dense", d, r.fusion_depth),
+            stage("bm25", s, r.fusion_depth),
+            stage(
+                "retriever",
+                Scorer::Fused {
+                    parts: [0, 1],
+                    rrf_k: r.rrf_k,
+                    depth: r.fusion_depth,
+                },
+                r.top_n,
+            ),
+        ],
+        (Some(one), None) | (None, Some(one)) => vec![stage("retriever", one, r.top_n)],
+        (None, None) => bail!("query focus needs a first stage of the run's own"),
+    };
+    let focus = crate::focus::analyse(&stages, &variants, doc_ids, qrels, timings)?;
+    summary(timings.last());
+    Ok(focus)
+}
+
 /// The first stage's run, a hybrid's parts (each cut to the top N), and
 /// the index's recall against exact search.
 struct Retrieved {
     run: Run,
     parts: Vec<(&'static str, Run)>,
     index_recall: Option<report::IndexRecall>,
+    /// The corpus's vectors (dense and hybrid) and BM25 index (BM25 and hybrid), for the
+    /// focus pass.
+    exact: Option<ExactIndex>,
+    bm25: Option<index::bm25::Bm25>,
 }
 
 fn retrieve(
@@ -366,9 +475,10 @@ fn retrieve(
                 ),
             ));
             summary(timings.last());
-            Some(lists)
+            Some((lists, bm25))
         }
     };
+    let (sparse, bm25) = sparse.unzip();
     let mut run = Run::default();
     let index_recall = dense.as_ref().and_then(|d| d.index_recall.clone());
     let mut parts = Vec::new();
@@ -402,12 +512,15 @@ fn retrieve(
         run,
         parts,
         index_recall,
+        exact: dense.map(|d| d.exact),
+        bm25,
     })
 }
 
 struct Dense {
     lists: Vec<Vec<ScoredDoc>>,
     index_recall: Option<report::IndexRecall>,
+    exact: ExactIndex,
 }
 
 /// Embeds (or reads from the cache) corpus and queries, indexes, searches.
@@ -586,6 +699,7 @@ fn dense(
     Ok(Dense {
         lists,
         index_recall,
+        exact,
     })
 }
 
