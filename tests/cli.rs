@@ -2356,3 +2356,66 @@ fn query_focus_is_refused_where_it_cannot_run_naming_why() {
     assert!(err.contains("a given --first-stage has none"), "{err}");
     assert!(!out.exists(), "an output was written");
 }
+
+/// A sweep puts a first stage's focus headroom and concentration (its configuration asks for
+/// query focus) beside its row, from the job's focus.json; rows without it show none.
+#[test]
+fn sweep_shows_query_focus_beside_the_rows_that_ask_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = dir.path().join("configs");
+    std::fs::create_dir_all(&configs).unwrap();
+    let cache = format!(
+        "[output]\ncache = \"{}\"\n",
+        dir.path().join("cache").display()
+    );
+    for (name, extra) in [
+        ("bm25-focus", "[analysis]\nquery_focus = true\n"),
+        ("bm25-top5", ""),
+    ] {
+        let top_n = if extra.is_empty() { 5 } else { 10 };
+        std::fs::write(
+            configs.join(format!("{name}.toml")),
+            format!("[data]\nsplit = \"test\"\n[retriever]\nkind = \"bm25\"\ntop_n = {top_n}\n{extra}{cache}"),
+        )
+        .unwrap();
+    }
+    let out = dir.path().join("sweep");
+    let pattern = format!("{}/*.toml", configs.display());
+    let result = pipeline(&[
+        "sweep",
+        "--configs",
+        &pattern,
+        "--data",
+        path(&fixture("focus")),
+        "--out",
+        path(&out),
+    ]);
+    assert!(result.status.success(), "{}", text(&result.stderr));
+    let focus: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("runs/bm25-focus/focus.json")).unwrap(),
+    )
+    .unwrap();
+    let summary = &focus["stages"]["retriever"]["summary"];
+    let headroom = summary["focus_headroom"]["mean"].as_f64().unwrap();
+    let concentration = summary["concentration"]["mean"].as_f64().unwrap();
+    let rows = leaderboard_rows(&out);
+    let row = |config: &str| {
+        rows.iter()
+            .find(|r| r["config"].as_str().unwrap().ends_with(config))
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        row("bm25-focus.toml")["focus"],
+        serde_json::json!([headroom, concentration])
+    );
+    assert!(row("bm25-top5.toml")["focus"].is_null());
+    let md = std::fs::read_to_string(out.join("leaderboard.md")).unwrap();
+    assert!(md.contains("| focus headroom | concentration |"), "{md}");
+    assert!(
+        md.contains(&format!("| {headroom:.4} | {concentration:.4} |")),
+        "{md}"
+    );
+    let html = std::fs::read_to_string(out.join("leaderboard.html")).unwrap();
+    assert!(html.contains("\"focus headroom\""), "the page's columns");
+}

@@ -597,7 +597,24 @@ struct Row {
     device: String,
     /// The job's report, relative to the sweep's directory.
     report: String,
+    /// A first stage's query focus (its configuration asked for it): focus headroom and
+    /// concentration, the means of focus.json's summary.
+    focus: Option<[f64; 2]>,
 }
+
+/// A first stage's focus headroom and concentration from its run's focus.json, if it has one.
+fn read_focus(dir: &Path) -> Option<[f64; 2]> {
+    let text = std::fs::read_to_string(dir.join("focus.json")).ok()?;
+    let focus: Value = serde_json::from_str(&text).ok()?;
+    let summary = &focus["stages"]["retriever"]["summary"];
+    Some([
+        summary["focus_headroom"]["mean"].as_f64()?,
+        summary["concentration"]["mean"].as_f64()?,
+    ])
+}
+
+/// The focus columns, where any row has them.
+const FOCUS: [&str; 2] = ["focus headroom", "concentration"];
 
 const COLUMNS: [&str; 10] = [
     "NDCG@5",
@@ -686,6 +703,7 @@ fn leaderboard_rows(
                 wall_s,
                 device: device.clone(),
                 report: format!("runs/{}/report.html", job.name),
+                focus: read_focus(&dir),
             });
         }
         if job.depth.is_some() {
@@ -707,6 +725,7 @@ fn leaderboard_rows(
                 wall_s,
                 device,
                 report: format!("runs/{}/report.html", job.name),
+                focus: None,
             });
         }
     }
@@ -787,8 +806,14 @@ fn markdown_table(rows: &[Row]) -> String {
     for c in COLUMNS {
         let _ = write!(s, " {c} |");
     }
+    let focus = rows.iter().any(|r| r.focus.is_some());
+    if focus {
+        for c in FOCUS {
+            let _ = write!(s, " {c} |");
+        }
+    }
     s.push_str(" Δ NDCG@10 | p | tokens/s | wall s | device |\n|---|---|---|---|---:|");
-    for _ in 0..COLUMNS.len() + 4 {
+    for _ in 0..COLUMNS.len() + 4 + if focus { FOCUS.len() } else { 0 } {
         s.push_str("---:|");
     }
     s.push_str("---|\n");
@@ -804,6 +829,11 @@ fn markdown_table(rows: &[Row]) -> String {
         );
         for c in COLUMNS {
             let _ = write!(s, " {} |", fmt_opt(r.scores.get(c).copied(), 4));
+        }
+        if focus {
+            for i in 0..FOCUS.len() {
+                let _ = write!(s, " {} |", fmt_opt(r.focus.map(|f| f[i]), 4));
+            }
         }
         let _ = writeln!(
             s,
@@ -829,7 +859,7 @@ fn csv_field(s: &str) -> String {
 
 fn write_leaderboard(out: &Path, rows: &[Row], failures: &[(String, String)]) -> Result<()> {
     let mut md = String::from(
-        "# Leaderboard\n\nSorted by NDCG@10. Δ NDCG@10: the reranker's change on its first stage, p: paired randomization test (two-sided). tokens/s: the embedder's, where this job embedded (blank when every vector came from the cache).\n\n",
+        "# Leaderboard\n\nSorted by NDCG@10. Δ NDCG@10: the reranker's change on its first stage, p: paired randomization test (two-sided). tokens/s: the embedder's, where this job embedded (blank when every vector came from the cache). Focus headroom and concentration, where a configuration asks for query focus: its first stage's (focus.json).\n\n",
     );
     md.push_str(&markdown_table(rows));
     if !failures.is_empty() {
@@ -843,6 +873,10 @@ fn write_leaderboard(out: &Path, rows: &[Row], failures: &[(String, String)]) ->
     let mut csv = String::from("model,revision,stage,first_stage,depth,config");
     for c in COLUMNS {
         let _ = write!(csv, ",{c}");
+    }
+    let focus = rows.iter().any(|r| r.focus.is_some());
+    if focus {
+        csv.push_str(",focus_headroom,concentration");
     }
     csv.push_str(",delta_NDCG@10,p,tokens_per_s,wall_s,device\n");
     for r in rows {
@@ -862,6 +896,12 @@ fn write_leaderboard(out: &Path, rows: &[Row], failures: &[(String, String)]) ->
                 ",{}",
                 r.scores.get(c).map(ToString::to_string).unwrap_or_default()
             );
+        }
+        if focus {
+            for i in 0..FOCUS.len() {
+                let v = r.focus.map(|f| f[i].to_string()).unwrap_or_default();
+                let _ = write!(csv, ",{v}");
+            }
         }
         let _ = writeln!(
             csv,
@@ -960,6 +1000,10 @@ fn leaderboard_data(out: &Path, rows: &[Row], failures: &[(String, String)]) -> 
             _ => short.to_owned(),
         };
         let finite = |x: f64| x.is_finite().then_some(x);
+        let mut scores = r.scores.clone();
+        if let Some(f) = r.focus {
+            scores.extend(FOCUS.iter().zip(f).map(|(c, v)| ((*c).to_owned(), v)));
+        }
         list.push(json!({
             "label": label,
             "model": r.model,
@@ -972,7 +1016,7 @@ fn leaderboard_data(out: &Path, rows: &[Row], failures: &[(String, String)]) -> 
             "tier": tier,
             "delta": r.delta_ndcg_10,
             "p": r.p,
-            "scores": r.scores,
+            "scores": scores,
             "report": r.report,
         }));
         above = Some(values);
@@ -986,7 +1030,11 @@ fn leaderboard_data(out: &Path, rows: &[Row], failures: &[(String, String)]) -> 
         "title": "Sweep leaderboard",
         "about": [format!("{} rows, sorted by {RANKED_BY}; each links its run's report.", rows.len())],
         "metric": RANKED_BY,
-        "columns": COLUMNS.iter().filter(|c| **c != RANKED_BY).collect::<Vec<_>>(),
+        "columns": COLUMNS
+            .iter()
+            .filter(|c| **c != RANKED_BY)
+            .chain(FOCUS.iter().filter(|_| rows.iter().any(|r| r.focus.is_some())))
+            .collect::<Vec<_>>(),
         "rows": list,
         "failed": failed,
     })
