@@ -255,11 +255,9 @@ fn hostile_data(dir: &Path) -> PathBuf {
     ];
     let lines: Vec<String> = skills.iter().map(Value::to_string).collect();
     std::fs::write(data.join("skills/test.jsonl"), lines.join("\n") + "\n").unwrap();
-    std::fs::write(
-        data.join("queries/test.jsonl"),
-        "{\"id\": \"q-1\", \"query\": \"merge the tables of two PDF reports\"}\n",
-    )
-    .unwrap();
+    let query = serde_json::json!({"id": "q-1",
+        "query": format!("merge the tables of two PDF reports. Then {evil} done.")});
+    std::fs::write(data.join("queries/test.jsonl"), format!("{query}\n")).unwrap();
     std::fs::write(
         data.join("qrels/test.jsonl"),
         "{\"query_id\": \"q-1\", \"skill_id\": \"hostile\", \"relevance\": 1}\n",
@@ -276,10 +274,12 @@ fn the_report_works_in_a_real_browser() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let a = run(dir.path(), &config, &sample, "a");
+    // With query focus (its view and the query view's intent marks are checked too).
+    let focus = "[analysis]\nquery_focus = true\n";
+    let a = run(dir.path(), &format!("{config}{focus}"), &sample, "a");
     let hostile = run(
         dir.path(),
-        "[data]\nsplit = \"test\"\n[retriever]\nkind = \"bm25\"\ntop_n = 2\n",
+        &format!("[data]\nsplit = \"test\"\n[retriever]\nkind = \"bm25\"\ntop_n = 2\n{focus}"),
         &hostile_data(dir.path()),
         "hostile",
     );

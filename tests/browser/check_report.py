@@ -3,9 +3,11 @@
     python3 tests/browser/check_report.py RUN_DIR [--hostile HOSTILE_RUN_DIR] [--screenshots DIR]
 
 RUN_DIR is a `pipeline run` output directory with a reranker (report.html, metrics.json,
-per_query.tsv); the expected figures come from metrics.json and per_query.tsv, not from the
-page's own data. HOSTILE_RUN_DIR is a run whose data has a skill with markup and a script in
-its name, description and body: they must show as text and run nothing.
+per_query.tsv, and focus.json / focus.tsv where it ran with --query-focus); the expected
+figures come from metrics.json, per_query.tsv and focus.tsv, not from the page's own data.
+HOSTILE_RUN_DIR is a run whose data has a skill with markup and a script in its name,
+description and body, and a request with them in a sentence: they must show as text and run
+nothing.
 
 Exit status: 0 when every check passed, 1 when one failed (the message says which), 2 when
 Playwright or Chromium is missing (`pip install playwright` and Debian's `chromium`; Playwright's
@@ -31,6 +33,16 @@ CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.whic
 def check(cond, what):
     if not cond:
         raise AssertionError(what)
+
+
+def read_focus_tsv(run_dir):
+    """{(stage, query, skill): [(sentence, delta_score, intent)]} from focus.tsv."""
+    out = {}
+    with open(os.path.join(run_dir, "focus.tsv"), newline="") as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            key = (row["stage"], row["query_id"], row["skill_id"])
+            out.setdefault(key, []).append((int(row["sentence"]), float(row["delta_score"]), row["intent"] == "1"))
+    return out
 
 
 def read_per_query(run_dir):
@@ -184,6 +196,45 @@ def main():
         check(len(pg.inner_text("#skill-body")) > 0, "a gold skill's body shows")
         print(f"ok: {target}'s rankings, gold skills marked at their ranks, a body on demand")
 
+        # 5b. Query focus: the summary is focus.json's; every gold skill of every request has
+        # its sentences shaded by focus.tsv's Δ score, the intent sentence marked; the query
+        # view marks the intent sentences.
+        if os.path.isfile(os.path.join(args.run_dir, "focus.json")):
+            focus = json.load(open(os.path.join(args.run_dir, "focus.json")))
+            tsv = read_focus_tsv(args.run_dir)
+            page.view("focus")
+            stage = list(focus["stages"])[-1]
+            for name, st in focus["stages"].items():
+                shown = pg.inner_text(f'#focus-summary td[data-stage="{name}"][data-key="focus_headroom"]').split("\n")[0]
+                expected = f"{st['summary']['focus_headroom']['mean']:.4f}"
+                check(shown == expected, f"focus headroom of {name}: page {shown}, focus.json {expected}")
+            golds = 0
+            for q in focus["queries"]:
+                for skill in q["gold"]:
+                    spans = pg.eval_on_selector_all(
+                        f'.focus-query[data-query="{q["query_id"]}"] .focus-gold[data-gold="{skill}"] .sent',
+                        "ss => ss.map(s => [Number(s.dataset.sentence), Number(s.dataset.delta), s.classList.contains('intent'), s.getAttribute('style') || ''])")
+                    rows = sorted(tsv[(stage, q["query_id"], skill)])
+                    check(len(spans) == len(q["sentences"]) == len(rows), f"{q['query_id']} {skill}: {len(spans)} sentences shown")
+                    for (i, d, intent, style), (j, want, want_intent) in zip(spans, rows):
+                        check(i == j and abs(d - want) <= 1e-9 * max(1, abs(want)), f"{q['query_id']} {skill} sentence {i}: Δ {d}, focus.tsv {want}")
+                        check(intent == want_intent, f"{q['query_id']} {skill} sentence {i}: intent {intent}, focus.tsv {want_intent}")
+                        check(abs(want) == 0 or "background" in style, f"{q['query_id']} {skill} sentence {i}: no shading")
+                    golds += 1
+            if shots:
+                pg.screenshot(path=os.path.join(shots, "focus.png"), full_page=False)
+            intents = {(q, i) for (st, q, _), rows in tsv.items() if st == stage for i, _, m in rows if m}
+            some = sorted(intents)[0][0]
+            pg.goto(report + f"#q={some}")
+            pg.wait_for_selector("#query-title")
+            marked = pg.eval_on_selector_all("#query-text mark.intent", "ms => ms.map(m => Number(m.dataset.sentence))")
+            check(sorted(marked) == sorted(i for q, i in intents if q == some), f"{some}: intent sentences marked {marked}")
+            if shots:
+                pg.screenshot(path=os.path.join(shots, "focus-query.png"), full_page=False)
+            pg.goto(report + f"#view=queries&q={target}")
+            pg.wait_for_selector("#query-title")
+            print(f"ok: query focus: {len(focus['stages'])} stage(s), {golds} gold skills shaded as focus.tsv says, intents marked")
+
         # 6. The hash holds the open query: a new page with the link reopens it.
         url = pg.url
         check(f"q={target}" in url, f"the open query is in the URL: {url}")
@@ -212,6 +263,12 @@ def main():
             check(hp.query_selector("img") is None, "no image element was made from the data")
             check(hp.evaluate("() => window.pwned === undefined && !document.title.includes('pwned')"),
                   "no script from the data ran")
+            if os.path.isfile(os.path.join(args.hostile, "focus.json")):
+                h.view("focus")
+                sentences = hp.eval_on_selector_all(".focus-text .sent", "ss => ss.map(s => s.textContent)")
+                check(any("<img src=x onerror=" in t for t in sentences), f"a hostile sentence shows as text: {sentences}")
+                check(hp.query_selector("img") is None, "no image element was made from the request")
+                print("ok: a request's sentence with </script><img onerror> shows as text in the focus view")
             check(not h.errors, f"console errors on the hostile report: {h.errors}")
             print("ok: a skill with </script><img onerror> in its name, description and body shows as text and runs nothing")
         if args.leaderboard:

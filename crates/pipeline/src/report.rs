@@ -109,6 +109,17 @@ fn changes(stages: &[Stage], evals: &[Evaluation]) -> Vec<Change> {
     out
 }
 
+/// What a run measured beside its stages' rankings.
+#[derive(Default)]
+pub(crate) struct Extras<'a> {
+    /// The index's recall against exact search (HNSW, Milvus).
+    pub(crate) recall: Option<&'a IndexRecall>,
+    /// The query-focus pass (focus.json's value), written beside the report and shown in it.
+    pub(crate) focus: Option<&'a Value>,
+    /// focus.tsv's text.
+    pub(crate) focus_tsv: Option<&'a str>,
+}
+
 /// Scores the stages and writes every deterministic output.
 pub(crate) fn write(
     settings: &Settings,
@@ -116,9 +127,10 @@ pub(crate) fn write(
     qrels: &Qrels,
     skills: &[eval::Skill],
     stages: &[Stage],
-    recall: Option<&IndexRecall>,
+    extras: &Extras<'_>,
     queries: &[&eval::Query],
 ) -> Result<Written> {
+    let recall = extras.recall;
     let out = &settings.out;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let options = Options::default().with_cutoffs(&settings.k)?;
@@ -194,6 +206,13 @@ pub(crate) fn write(
         let file = format!("run.{}.trec", stage.name);
         links.push((file.clone(), file));
     }
+    if let (Some(focus), Some(tsv)) = (extras.focus, extras.focus_tsv) {
+        write_json(&out.join("focus.json"), focus)?;
+        write_text(&out.join("focus.tsv"), tsv)?;
+        for file in ["focus.json", "focus.tsv"] {
+            links.push((file.to_owned(), file.to_owned()));
+        }
+    }
     let html = crate::html::run_page(&crate::html::RunReport {
         title: format!("{label} run: {}", settings.path.display()),
         about: about(settings, label, skills.len(), scored.len())
@@ -210,6 +229,7 @@ pub(crate) fn write(
             .as_ref()
             .is_some_and(|r| r.combine == crate::config::Combine::Replace),
         links,
+        focus: extras.focus,
     })?;
     write_text(&out.join("report.html"), &html)?;
     let curve_depth = settings.retriever.top_n;

@@ -109,6 +109,22 @@ impl Finished {
             .collect()
     }
 
+    /// The run's focus.json, if it has one: an object of format 1 with its queries and stages.
+    fn focus(&self) -> Result<Option<Value>> {
+        let path = self.dir.join("focus.json");
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let focus = crate::commands::run::read_output(&self.dir, "focus.json")?;
+        if focus["format"] != 1 || !focus["queries"].is_array() || !focus["stages"].is_object() {
+            bail!(
+                "{}: not a query-focus file of format 1 (with `queries` and `stages`)",
+                path.display()
+            );
+        }
+        Ok(Some(focus))
+    }
+
     fn split(&self) -> String {
         self.protocol()["split"]
             .as_str()
@@ -243,6 +259,11 @@ pub(crate) fn run(args: &ReportArgs) -> Result<()> {
             r.results["config"].as_str().unwrap_or("?")
         ));
     }
+    // One run's query focus, where it has one.
+    let focus = match runs.as_slice() {
+        [one] => one.focus()?,
+        _ => None,
+    };
     // Links to the runs' files, relative to the report where it sits in a run.
     let links = match runs.as_slice() {
         [one] if out.parent() == Some(one.dir.as_path()) => {
@@ -253,6 +274,11 @@ pub(crate) fn run(args: &ReportArgs) -> Result<()> {
             for (name, _) in &one.stages {
                 let f = format!("run.{name}.trec");
                 links.push((f.clone(), f));
+            }
+            if focus.is_some() {
+                for f in ["focus.json", "focus.tsv"] {
+                    links.push((f.to_owned(), f.to_owned()));
+                }
             }
             links
         }
@@ -268,6 +294,7 @@ pub(crate) fn run(args: &ReportArgs) -> Result<()> {
         k: &k,
         pointwise: runs.iter().all(Finished::pointwise),
         links,
+        focus: focus.as_ref(),
     })?;
     crate::report::write_text(&out, &html)?;
     println!("{}", out.display());

@@ -269,13 +269,13 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
         &data.qrels,
         &data.skills,
         &stages,
-        retrieved.index_recall.as_ref(),
+        &report::Extras {
+            recall: retrieved.index_recall.as_ref(),
+            focus: focus.as_ref().map(|f| &f.json),
+            focus_tsv: focus.as_ref().map(|f| f.tsv.as_str()),
+        },
         &queries,
     )?;
-    if let Some(focus) = &focus {
-        report::write_json(&settings.out.join("focus.json"), &focus.json)?;
-        report::write_text(&settings.out.join("focus.tsv"), &focus.tsv)?;
-    }
     timings.push(StageTiming::new(
         "score+report",
         started,

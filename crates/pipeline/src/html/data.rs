@@ -47,6 +47,8 @@ pub(crate) struct RunReport<'a> {
     pub(crate) pointwise: bool,
     /// Files beside the report to link (name, relative path).
     pub(crate) links: Vec<(String, String)>,
+    /// The run's query focus (focus.json), shown in its own view.
+    pub(crate) focus: Option<&'a Value>,
 }
 
 /// The metrics the summary lists, in its order.
@@ -414,6 +416,7 @@ pub(crate) fn build(report: &RunReport<'_>) -> Result<Value> {
         "bodies": bodies,
         "queries": queries_json,
         "links": links,
+        "focus": report.focus,
     }))
 }
 

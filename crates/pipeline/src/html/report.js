@@ -44,13 +44,14 @@
       text: p.get('text') || '',
       sort: p.get('sort') || 'id',
       dir: p.get('dir') || 'asc',
+      fs: p.get('fs') || '',
     };
   }
   function go(changes) {
     const s = Object.assign(state(), changes);
     const p = new URLSearchParams();
     for (const [k, v] of Object.entries({ view: s.view, q: s.q, change: s.change, class: s.cls, slice: s.slice,
-      from: s.from, to: s.to, text: s.text, sort: s.sort, dir: s.dir })) {
+      from: s.from, to: s.to, text: s.text, sort: s.sort, dir: s.dir, fs: s.fs })) {
       if (v !== null && v !== undefined && v !== '' && !(k === 'sort' && v === 'id') && !(k === 'dir' && v === 'asc')
         && !(k === 'change' && v === defaultChange())) p.set(k, v);
     }
@@ -122,12 +123,14 @@
     const s = state();
     const views = [['summary', 'Summary'], ['attribution', 'Attribution'], ['transitions', 'Gold-rank transitions'],
       ['depth', 'Depth & curves'], ['slices', 'Slices'], ['queries', 'Queries']];
+    if (F) views.splice(5, 0, ['focus', 'Query focus']);
     const body = el('main', { id: 'view-' + s.view });
     if (s.view === 'summary') summary(body);
     else if (s.view === 'attribution') attribution(body);
     else if (s.view === 'transitions') transitions(body, s);
     else if (s.view === 'depth') depth(body);
     else if (s.view === 'slices') slices(body);
+    else if (s.view === 'focus' && F) focusView(body, s);
     else if (s.q && byId.has(s.q)) queryView(body, byId.get(s.q), s);
     else queries(body, s);
     app.replaceChildren(header(D.title, D.about, views, s.view), body);
@@ -154,6 +157,107 @@
     if (D.links.length) body.append(el('p', { class: 'note' }, 'Files: ', D.links.flatMap((l, i) =>
       [i ? ', ' : '', el('a', { href: l.href, text: l.name })])));
     body.append(el('p', { class: 'note', text: D.tool }));
+  }
+
+  // ---------- query focus (focus.json) ----------
+  const F = D.focus || null;
+  const focusStages = F ? Object.keys(F.stages) : [];
+  // The stage the view shows: the one asked for, else the run's retriever (the last).
+  const focusStage = s => focusStages.includes(s.fs) ? s.fs : focusStages[focusStages.length - 1];
+  const focusRows = F ? Object.fromEntries(focusStages.map(st =>
+    [st, new Map(F.stages[st].queries.map(q => [q.query_id, q]))])) : {};
+  const skillIndex = new Map(skills.id.map((id, i) => [id, i]));
+  const focusSkill = id => skillIndex.has(id) ? skillName(skillIndex.get(id)) : id;
+  // A request cut at its sentences' spans (offsets in characters, as Python counts them).
+  function sentencePieces(text, spans) {
+    const chars = Array.from(text);
+    const out = [];
+    let at = 0;
+    spans.forEach(([s, e], i) => {
+      if (s > at) out.push({ text: chars.slice(at, s).join('') });
+      out.push({ text: chars.slice(s, e).join(''), i });
+      at = e;
+    });
+    if (at < chars.length) out.push({ text: chars.slice(at).join('') });
+    return out;
+  }
+  // Blue where leaving the sentence out lowers the gold's score (it carries the intent), red
+  // where it raises it, stronger with |Δ| against the largest of that gold's sentences.
+  function shade(d, max) {
+    if (d === null || d === undefined || !max) return null;
+    const a = (Math.min(1, Math.abs(d) / max) * 0.6).toFixed(3);
+    return d >= 0 ? `background:rgba(43,95,184,${a})` : `background:rgba(194,65,12,${a})`;
+  }
+  const stat = x => (x && x.mean !== null && x.mean !== undefined)
+    ? [num(x.mean), el('div', { class: 'ci', text: `[${num(x.ci[0])}, ${num(x.ci[1])}]` })] : '–';
+
+  function focusView(body, s) {
+    const st = focusStage(s);
+    body.append(el('h2', { text: 'Query focus: which sentences of each request carry its gold skills' }),
+      el('p', { class: 'note', text: F.about }));
+    const rows = [['ndcg@10', 'NDCG@10 of the full request'], ['best_sentence_ndcg@10', 'NDCG@10 of the best single sentence'],
+      ['focus_headroom', 'focus headroom (best sentence − full request)'], ['single_sentence_wins', 'share of queries a single sentence wins'],
+      ['concentration', 'concentration: share of |Δ gold score| on the top sentence'], ['entropy', 'normalised entropy of the sentences\' shares']];
+    body.append(el('table', { id: 'focus-summary' },
+      el('thead', {}, el('tr', {}, el('th', { class: 'l', text: 'per stage, mean over queries [95% CI]' }), focusStages.map(n => el('th', { text: n })))),
+      el('tbody', {}, rows.map(([key, label]) => el('tr', { class: key === 'focus_headroom' ? 'main' : null },
+        el('td', { class: 'l', text: label }),
+        focusStages.map(n => el('td', { 'data-stage': n, 'data-key': key }, stat(F.stages[n].summary[key]))))))));
+    // Where each gold's intent sentence stands, per stage.
+    const POS = ['first', 'middle', 'last', 'only'];
+    const W = 460, rowH = 18, L = 120;
+    const chart = el('svg:svg', { id: 'position-chart', width: W, height: focusStages.length * POS.length * rowH + 30,
+      viewBox: `0 0 ${W} ${focusStages.length * POS.length * rowH + 30}`, role: 'img', 'aria-label': 'intent position' });
+    chart.append(el('svg:text', { x: 0, y: 12, text: 'Share of gold skills whose intent sentence stands first, in the middle, last or alone', style: 'font-weight:600;fill:#1d2330' }));
+    focusStages.forEach((n, si) => POS.forEach((p, pi) => {
+      const v = (F.stages[n].summary.position[p] || { share: 0 }).share;
+      const y = 22 + (si * POS.length + pi) * rowH;
+      chart.append(el('svg:text', { x: L - 6, y: y + 12, 'text-anchor': 'end', text: `${n} · ${p}` }),
+        el('svg:rect', { x: L, y: y + 3, width: Math.max(0, v * (W - L - 60)), height: rowH - 6, fill: COLORS[si % COLORS.length], 'data-stage': n, 'data-position': p }),
+        el('svg:text', { x: L + v * (W - L - 60) + 4, y: y + 12, text: pct(v) }));
+    }));
+    body.append(el('div', { class: 'charts' }, chart));
+    const multi = k => F.stages[st].summary.multi_skill[k];
+    const multiText = k => `${multi(k).queries} (Completeness@10 ${num(multi(k)['completeness@10'].mean)})`;
+    body.append(el('p', { class: 'note', id: 'multi-skill', text: `${st}: requests with several gold skills whose intent sentences are one: ${multiText('one_sentence')}; in different sentences: ${multiText('several_sentences')}.` }));
+    const controls = el('div', { class: 'controls' }, el('label', {}, 'stage ', el('select', { id: 'focus-stage', onchange: e => go({ fs: e.target.value }) },
+      focusStages.map(n => el('option', { value: n, selected: n === st ? 'selected' : null, text: n })))));
+    body.append(el('h3', { text: `Each request, its sentences shaded by what leaving each out does to a gold skill's score (${st}; hover for the numbers)` }), controls);
+    for (const fq of F.queries) {
+      const q = byId.get(fq.query_id);
+      const row = focusRows[st].get(fq.query_id);
+      if (!q || !row) continue;
+      const pieces = sentencePieces(q.text, fq.sentences);
+      const block = el('div', { class: 'focus-query', 'data-query': fq.query_id },
+        el('h3', {}, el('a', { href: '#', onclick: e => { e.preventDefault(); go({ q: fq.query_id, view: 'queries' }); }, text: `Query ${fq.query_id}` }), ' ',
+          el('span', { class: 'muted', text: `NDCG@10 ${num(row.full['ndcg@10'])}; best sentence ${row.best_sentence === null ? '–' : row.best_sentence + 1} alone ${num(row['best_sentence_ndcg@10'])}` })));
+      for (const g of row.gold) {
+        const deltas = g.without.map(w => (g.full.score === null || w.score === null) ? null : g.full.score - w.score);
+        const max = Math.max(0, ...deltas.filter(d => d !== null).map(Math.abs));
+        block.append(el('div', { class: 'focus-gold', 'data-gold': g.skill_id },
+          el('div', { class: 'muted', text: `${focusSkill(g.skill_id)}: rank ${g.full.rank || '–'} with the full request` }),
+          el('div', { class: 'querytext focus-text' }, pieces.map(p => p.i === undefined ? p.text : el('span', {
+            class: 'sent' + (g.intent === p.i ? ' intent' : ''), 'data-sentence': p.i, 'data-delta': deltas[p.i],
+            style: shade(deltas[p.i], max),
+            title: `sentence ${p.i + 1}: Δ score ${signed(deltas[p.i])} when left out (rank ${g.full.rank || '–'} → ${g.without[p.i].rank || '–'}); alone: rank ${g.alone[p.i].rank || '–'}, score ${num(g.alone[p.i].score)}${g.intent === p.i ? '; the intent sentence' : ''}`,
+            text: p.text })))));
+      }
+      body.append(block);
+    }
+  }
+
+  // The request with the intent sentences of the focus view's stage marked (where the run has
+  // query focus).
+  function queryText(q, s) {
+    const fq = F ? F.queries.find(x => x.query_id === q.id) : null;
+    const row = fq ? focusRows[focusStage(s)].get(q.id) : null;
+    if (!row) return el('div', { class: 'querytext', id: 'query-text', text: q.text });
+    const intents = new Map();
+    for (const g of row.gold) if (g.intent !== null) intents.set(g.intent, [...(intents.get(g.intent) || []), focusSkill(g.skill_id)]);
+    return el('div', { class: 'querytext', id: 'query-text' }, sentencePieces(q.text, fq.sentences).map(p =>
+      p.i !== undefined && intents.has(p.i)
+        ? el('mark', { class: 'intent', 'data-sentence': p.i, title: `intent sentence of ${intents.get(p.i).join(', ')} (${focusStage(s)})`, text: p.text })
+        : p.text));
   }
 
   function classCounts(ci, filter) {
@@ -367,7 +471,7 @@
   function queryView(body, q, s) {
     body.append(el('p', {}, el('a', { href: '#', onclick: e => { e.preventDefault(); go({ q: null }); }, text: '← all queries' })),
       el('h2', { id: 'query-title', text: `Query ${q.id}` }),
-      el('div', { class: 'querytext', id: 'query-text', text: q.text }));
+      queryText(q, s));
     const goldIds = new Set(q.gold.map(g => g[0]));
     // Gold skills and their ranks in each stage.
     body.append(el('h3', { text: 'Gold skills' }), el('table', { id: 'gold-table' },
