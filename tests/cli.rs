@@ -2288,6 +2288,37 @@ fn query_focus_finds_the_sentences_built_to_carry_each_gold_skill() {
             "{file}"
         );
     }
+    // The reranker's pass: its pool fixed from the full request, each sentence left out (no
+    // sentence alone); its full-request figures are the run's.
+    if let Some(cross) = test_cross_encoder() {
+        let run = focus_run(
+            dir.path(),
+            "rerank",
+            &format!(
+                "{bm25}[reranker]\nmodel = \"{}\"\ntop_n = 10\nmax_length = 128\n\
+                 [analysis]\nquery_focus_reranker = true\n",
+                cross.display()
+            ),
+        );
+        let rows = focus_rows(&run);
+        let reranked: Vec<_> = rows.iter().filter(|r| r["stage"] == "reranker").collect();
+        assert_eq!(reranked.len(), 12);
+        assert!(
+            reranked
+                .iter()
+                .all(|r| r["alone_rank"].is_empty() && !r["rank"].is_empty())
+        );
+        let focus: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("focus.json")).unwrap())
+                .unwrap();
+        let metrics: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run.join("metrics.json")).unwrap())
+                .unwrap();
+        assert_eq!(
+            focus["stages"]["reranker"]["summary"]["ndcg@10"]["mean"],
+            metrics["reranker"]["NDCG@10"]
+        );
+    }
     // A hybrid's parts and its fusion are each a stage of the pass; MiniLM finds the same
     // intent sentences.
     let Some(model) = minilm() else { return };
@@ -2342,6 +2373,18 @@ fn query_focus_is_refused_where_it_cannot_run_naming_why() {
     let err = text(&result.stderr);
     assert!(
         err.contains("c.toml") && err.contains("query_focus"),
+        "{err}"
+    );
+    std::fs::write(
+        &config,
+        "[data]\nsplit = \"test\"\n[retriever]\nkind = \"bm25\"\n[analysis]\nquery_focus = true\nquery_focus_reranker = true\n",
+    )
+    .unwrap();
+    let result = run(&[]);
+    assert_eq!(result.status.code(), Some(1));
+    let err = text(&result.stderr);
+    assert!(
+        err.contains("query_focus_reranker needs a [reranker]"),
         "{err}"
     );
     std::fs::write(

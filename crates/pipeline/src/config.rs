@@ -38,6 +38,10 @@ struct RawAnalysis {
     /// Query focus: each sentence of every request left out and alone (focus.json, focus.tsv).
     #[serde(default)]
     query_focus: bool,
+    /// With query focus, the reranker too: its pool (fixed from the full request) reranked with
+    /// each sentence left out (a pass per sentence).
+    #[serde(default)]
+    query_focus_reranker: bool,
 }
 
 /// What `pipeline sweep` reads and `pipeline run` ignores.
@@ -544,6 +548,8 @@ pub struct Settings {
     /// `[analysis] query_focus` (or `--query-focus`): the focus pass over each request's
     /// sentences.
     pub query_focus: bool,
+    /// `[analysis] query_focus_reranker`: the focus pass over the reranker's pool too.
+    pub query_focus_reranker: bool,
 }
 
 /// Command-line overrides.
@@ -703,6 +709,14 @@ fn resolve(raw: Raw, source: &Source<'_>, overrides: &Overrides) -> Result<Setti
              a given --first-stage has none to retrieve them with"
         );
     }
+    if raw.analysis.query_focus_reranker
+        && (raw_reranker.is_none() || !(raw.analysis.query_focus || overrides.query_focus))
+    {
+        bail!(
+            "{file}: [analysis] query_focus_reranker needs a [reranker] section and query focus \
+             ([analysis] query_focus = true or --query-focus)"
+        );
+    }
     let here = path.parent().unwrap_or_else(|| Path::new("."));
     if !raw.sweep.first_stages.is_empty() && raw_reranker.is_none() {
         bail!("{file}: [sweep] first_stages needs a [reranker] section");
@@ -851,6 +865,7 @@ fn resolve(raw: Raw, source: &Source<'_>, overrides: &Overrides) -> Result<Setti
         first_stage: overrides.first_stage.clone(),
         sweep_first_stages,
         query_focus: raw.analysis.query_focus || overrides.query_focus,
+        query_focus_reranker: raw.analysis.query_focus_reranker,
     })
 }
 

@@ -18,7 +18,10 @@
 //! order: score descending, id descending), whatever index the run searched with; the
 //! metrics come from the same ranking cut at the stage's top N. A hybrid's fusion is
 //! reciprocal rank fusion of its parts' top `fusion_depth`, as the run fuses them; a gold
-//! outside the fused list has score 0 and no rank.
+//! outside the fused list has score 0 and no rank. A reranker (`[analysis]
+//! query_focus_reranker`) reranks its pool, fixed from the full request, with each sentence
+//! left out (leave-one-out only: no sentence alone); a gold outside the pool has no score and
+//! no rank.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -57,6 +60,10 @@ pub(crate) enum Scorer<'a> {
         rrf_k: f64,
         depth: usize,
     },
+    /// A reranker's lists of the variants (by [`Variants`] id), its pool fixed from the full
+    /// request: the full request and each sentence left out (no sentence alone). A gold skill
+    /// outside the pool has no score and no rank.
+    Pool { run: &'a Run, ids: &'a [String] },
 }
 
 /// A first stage of the run: its name in the run's outputs, its scorer, its top N, and how
@@ -80,6 +87,15 @@ pub(crate) struct Variants {
 }
 
 impl Variants {
+    /// The full request and each sentence left out of query `id`: (variant id, text).
+    pub(crate) fn leave_one_out(&self, id: &str) -> impl Iterator<Item = (&str, &str)> {
+        let found = self.queries.iter().find(|(q, _, _)| q == id);
+        let range = found.map_or(0..0, |(_, sentences, first)| {
+            *first..first + 1 + sentences.len()
+        });
+        range.map(|v| (self.ids[v].as_str(), self.texts[v].as_str()))
+    }
+
     pub(crate) fn new(queries: &[&eval::Query]) -> Self {
         let mut variants = Self {
             queries: Vec::new(),
@@ -219,17 +235,17 @@ pub(crate) fn analyse(
                         q.id,
                         sentence.start,
                         sentence.end,
-                        full.score,
-                        full.score - without.score,
+                        value(full.score),
+                        value(full.score - without.score),
                         cell(full.rank),
                         delta_rank(full.rank, without.rank),
-                        alone.score,
+                        value(alone.score),
                         cell(alone.rank),
                         u8::from(intents[g] == Some(i)),
-                        f.full.metrics[0] - f.without[i].metrics[0],
-                        f.full.metrics[1] - f.without[i].metrics[1],
-                        f.full.metrics[2] - f.without[i].metrics[2],
-                        f.alone[i].metrics[0],
+                        value(f.full.metrics[0] - f.without[i].metrics[0]),
+                        value(f.full.metrics[1] - f.without[i].metrics[1]),
+                        value(f.full.metrics[2] - f.without[i].metrics[2]),
+                        value(f.alone[i].metrics[0]),
                     );
                 }
             }
@@ -282,6 +298,15 @@ pub(crate) fn analyse(
         tsv,
         headline,
     })
+}
+
+/// A number for focus.tsv: empty where there is none (NaN).
+fn value(x: f64) -> String {
+    if x.is_nan() {
+        String::new()
+    } else {
+        x.to_string()
+    }
 }
 
 fn cell(rank: Option<usize>) -> String {
@@ -374,6 +399,39 @@ fn rank_query(
                         .collect();
                     (gold, fused)
                 }
+                Scorer::Pool { run, ids } => match run.get(&ids[variant]) {
+                    Some(list) => {
+                        let mut list = list.to_vec();
+                        eval::sort_trec(&mut list);
+                        let gold = gold_at
+                            .iter()
+                            .map(|at| {
+                                let found =
+                                    at.and_then(|i| list.iter().position(|d| d.id == doc_ids[i]));
+                                Standing {
+                                    score: found.map_or(f64::NAN, |p| list[p].score),
+                                    rank: found.map(|p| p + 1),
+                                }
+                            })
+                            .collect();
+                        (gold, list)
+                    }
+                    None => {
+                        // Not reranked (a sentence alone): nothing to say.
+                        ranked.push(Ranked {
+                            gold: vec![
+                                Standing {
+                                    score: f64::NAN,
+                                    rank: None,
+                                };
+                                gold_at.len()
+                            ],
+                            metrics: [f64::NAN; 3],
+                        });
+                        stage_lists.push(Vec::new());
+                        continue;
+                    }
+                },
             };
             let mut top = list.clone();
             eval::sort_trec(&mut top);
@@ -503,6 +561,9 @@ fn query_json(q: &Scored<'_>, f: &QueryFocus, intents: &[Option<usize>]) -> Valu
 fn best_sentence(f: &QueryFocus) -> Option<(usize, f64)> {
     let mut best: Option<(usize, f64)> = None;
     for (i, r) in f.alone.iter().enumerate() {
+        if r.metrics[0].is_nan() {
+            continue;
+        }
         if best.is_none_or(|(_, b)| r.metrics[0] > b) {
             best = Some((i, r.metrics[0]));
         }

@@ -128,7 +128,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
     ));
     summary(timings.last());
 
-    let retrieved = match given {
+    let mut retrieved = match given {
         Some(run) => {
             let started = Instant::now();
             let mut first = Run::default();
@@ -168,19 +168,12 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
             &mut timings,
         )?,
     };
-    let focus = if settings.query_focus {
-        Some(query_focus(
-            &settings,
-            vectors.as_mut(),
-            &retrieved,
-            &doc_ids,
-            &queries,
-            &data.qrels,
-            &mut timings,
-        )?)
-    } else {
-        None
-    };
+    // The focus pass's variants of every request (each sentence left out, each alone), and
+    // the first stages' scorers it needs.
+    let variants = settings
+        .query_focus
+        .then(|| crate::focus::Variants::new(&queries));
+    let (exact, bm25) = (retrieved.exact.take(), retrieved.bm25.take());
     // A hybrid retriever's parts are stages of their own, so that the
     // report shows what each part and the fusion contribute.
     let mut stages: Vec<Stage> = retrieved
@@ -200,6 +193,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
     });
     let retriever = stages.len() - 1;
 
+    let mut rerank_focus: Option<Run> = None;
     if let (Some(rr), Some(model)) = (&settings.reranker, &reranker) {
         let started = Instant::now();
         let texts: HashMap<String, String> = queries
@@ -255,12 +249,40 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
             t.notes = model.notes();
         }
         summary(timings.last());
+        if let (Some(variants), true) = (&variants, settings.query_focus_reranker) {
+            rerank_focus = Some(rerank_variants(
+                variants,
+                &queries,
+                &reranked,
+                &stages[retriever].run,
+                rr,
+                model.as_ref(),
+                &by_id,
+                &mut timings,
+            )?);
+        }
         stages.push(Stage {
             name: "reranker".to_owned(),
             run: reranked,
             after: Some(retriever),
         });
     }
+    let focus = match &variants {
+        Some(variants) => Some(query_focus(
+            &settings,
+            vectors.as_mut(),
+            &FocusInputs {
+                variants,
+                doc_ids: &doc_ids,
+                exact: exact.as_ref(),
+                bm25: bm25.as_ref(),
+                reranked: rerank_focus.as_ref(),
+            },
+            &data.qrels,
+            &mut timings,
+        )?),
+        None => None,
+    };
 
     let started = Instant::now();
     let outputs = report::write(
@@ -321,9 +343,14 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
         println!(
             "Query focus (NDCG@10 of the full request; of the best single sentence, minus it; share of queries one sentence wins; share of |Δ gold score| on the top sentence):"
         );
+        let shown = |x: f64, text: String| if x.is_nan() { "–".to_owned() } else { text };
         for (stage, [ndcg, headroom, wins, concentration]) in &focus.headline {
             println!(
-                "  {stage:<10} NDCG@10 {ndcg:.4}  headroom {headroom:+.4}  single-sentence wins {wins:.3}  concentration {concentration:.3}"
+                "  {stage:<10} NDCG@10 {}  headroom {}  single-sentence wins {}  concentration {}",
+                shown(*ndcg, format!("{ndcg:.4}")),
+                shown(*headroom, format!("{headroom:+.4}")),
+                shown(*wins, format!("{wins:.3}")),
+                shown(*concentration, format!("{concentration:.3}")),
             );
         }
     }
@@ -336,20 +363,81 @@ pub(crate) fn run(args: &RunArgs) -> Result<()> {
 }
 
 /// The focus pass (crate::focus) over every first stage of the run.
+/// What the focus pass scores the variants with.
+struct FocusInputs<'a> {
+    variants: &'a crate::focus::Variants,
+    doc_ids: &'a [Arc<str>],
+    exact: Option<&'a ExactIndex>,
+    bm25: Option<&'a index::bm25::Bm25>,
+    /// The reranker's lists of the full request and each sentence left out.
+    reranked: Option<&'a Run>,
+}
+
+/// The reranker's pass of the focus (`[analysis] query_focus_reranker`): each query's pool as
+/// the full request's reranking holds it, reranked with each sentence left out (and the full
+/// request again, so that every variant is scored alike), combined as the run combines.
+#[allow(clippy::too_many_arguments)]
+fn rerank_variants(
+    variants: &crate::focus::Variants,
+    queries: &[&eval::Query],
+    reranked: &Run,
+    first: &Run,
+    rr: &crate::config::RerankerSettings,
+    model: &dyn reranker::Reranker,
+    docs: &HashMap<&str, &str>,
+    timings: &mut Vec<StageTiming>,
+) -> Result<Run> {
+    let started = Instant::now();
+    let (mut pools, mut firsts, mut texts) = (Run::default(), Run::default(), HashMap::new());
+    for q in queries {
+        let Some(pool) = reranked.get(&q.id) else {
+            continue;
+        };
+        for (id, text) in variants.leave_one_out(&q.id) {
+            pools.insert(id.to_owned(), pool.to_vec());
+            firsts.insert(id.to_owned(), first.get(&q.id).unwrap_or_default().to_vec());
+            texts.insert(id.to_owned(), text.to_owned());
+        }
+    }
+    let pool = reranker::Pool {
+        depth: usize::MAX,
+        oracle: None,
+    };
+    let pairs = stages::pool_pairs(&pools, &pool);
+    let bar = crate::progress::bar(pairs as u64, "focus rerank");
+    let out = model.rerank_run(
+        &pools,
+        &texts,
+        &|id| docs.get(id).map(|t| (*t).to_owned()),
+        &pool,
+        &|done| bar.set_position(done as u64),
+    )?;
+    bar.finish_and_clear();
+    let out = match rr.combine {
+        Combine::Replace => out,
+        Combine::Interpolate => reranker::interpolate(&firsts, &out, rr.weight),
+    };
+    timings.push(StageTiming::new(
+        "focus rerank",
+        started,
+        format!("{pairs} pairs: each pool with each sentence left out"),
+    ));
+    summary(timings.last());
+    Ok(out)
+}
+
 fn query_focus(
     settings: &Settings,
     vectors: Option<&mut Vectors>,
-    retrieved: &Retrieved,
-    doc_ids: &[Arc<str>],
-    queries: &[&eval::Query],
+    inputs: &FocusInputs<'_>,
     qrels: &eval::Qrels,
     timings: &mut Vec<StageTiming>,
 ) -> Result<crate::focus::Focus> {
-    use crate::focus::{FocusStage, Scorer, Variants};
+    use crate::focus::{FocusStage, Scorer};
     let r = &settings.retriever;
-    let variants = Variants::new(queries);
+    let (variants, doc_ids) = (inputs.variants, inputs.doc_ids);
     // The variants embedded as queries are (same model, prompt and cache, resumable).
-    let (exact, bm25) = (retrieved.exact.as_ref(), retrieved.bm25.as_ref());
+    let (exact, bm25) = (inputs.exact, inputs.bm25);
     let query_vectors = match (exact, vectors) {
         (Some(_), Some(vectors)) => {
             let ids: Vec<&str> = variants.ids.iter().map(String::as_str).collect();
@@ -405,7 +493,19 @@ fn query_focus(
         (Some(one), None) | (None, Some(one)) => vec![stage("retriever", one, r.top_n)],
         (None, None) => bail!("query focus needs a first stage of the run's own"),
     };
-    let focus = crate::focus::analyse(&stages, &variants, doc_ids, qrels, timings)?;
+    let mut stages = stages;
+    if let (Some(run), Some(rr)) = (inputs.reranked, &settings.reranker) {
+        stages.push(FocusStage {
+            name: "reranker".to_owned(),
+            scorer: Scorer::Pool {
+                run,
+                ids: &variants.ids,
+            },
+            top_n: rr.top_n,
+            depth: rr.top_n,
+        });
+    }
+    let focus = crate::focus::analyse(&stages, variants, doc_ids, qrels, timings)?;
     summary(timings.last());
     Ok(focus)
 }
