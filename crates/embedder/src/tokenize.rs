@@ -489,36 +489,30 @@ fn read_tokenizer(path: &Path) -> Result<Tokenizer> {
 
 /// Every special token a `TemplateProcessing` post-processor (also inside a `Sequence` of them)
 /// puts in its templates is one it defines: tokenizers reads such a file and panics when it
-/// encodes with it (issue 54's fuzzing).
+/// encodes with it (issue 54's fuzzing). By shape, not by `type`: tokenizers reads a processor
+/// by its fields whatever its `type` says.
 fn check_templates(path: &Path, processor: &serde_json::Value, at: &str) -> Result<()> {
-    match processor["type"].as_str() {
-        Some("Sequence") => {
-            for (i, inner) in processor["processors"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
-                check_templates(path, inner, &format!("{at}.processors[{i}]"))?;
+    for (i, inner) in processor["processors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        check_templates(path, inner, &format!("{at}.processors[{i}]"))?;
+    }
+    let defined = &processor["special_tokens"];
+    for template in ["single", "pair"] {
+        let pieces = processor[template].as_array().into_iter().flatten();
+        for id in pieces.filter_map(|p| p["SpecialToken"]["id"].as_str()) {
+            if defined.get(id).is_none_or(|t| t["id"] != id) {
+                return Err(Error::format(
+                    path,
+                    format!(
+                        "{at}.{template}: special token {id:?} is not among its special_tokens"
+                    ),
+                ));
             }
         }
-        Some("TemplateProcessing") => {
-            let defined = &processor["special_tokens"];
-            for template in ["single", "pair"] {
-                let pieces = processor[template].as_array().into_iter().flatten();
-                for id in pieces.filter_map(|p| p["SpecialToken"]["id"].as_str()) {
-                    if defined.get(id).is_none_or(|t| t["id"] != id) {
-                        return Err(Error::format(
-                            path,
-                            format!(
-                                "{at}.{template}: special token {id:?} is not among its special_tokens"
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
-        _ => {}
     }
     Ok(())
 }

@@ -398,4 +398,12 @@ fn a_broken_tokenizer_or_a_length_below_its_special_tokens_is_refused() {
             )),
         "{err}"
     );
+    // The same under another `type` (the fuzzer's "TemplateProscisneg"): tokenizers reads a
+    // processor by its fields, so the check goes by them too.
+    tokenizer["post_processor"]["type"] = json!("TemplateProscisneg");
+    std::fs::write(&path, tokenizer.to_string()).unwrap();
+    let err = embedder::Tokenization::from_dir(dir.path(), None, None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("is not among its special_tokens"), "{err}");
 }
