@@ -406,4 +406,18 @@ fn a_broken_tokenizer_or_a_length_below_its_special_tokens_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("is not among its special_tokens"), "{err}");
+
+    // A WordPiece or WordLevel vocabulary without its unknown token (the fuzzer's, third
+    // round): tokenizers failed on the first unknown word, naming no file.
+    let mut tokenizer: serde_json::Value = serde_json::from_str(&good).unwrap();
+    tokenizer["model"]["unk_token"] = json!("[MISSING]");
+    std::fs::write(&path, tokenizer.to_string()).unwrap();
+    let err = embedder::Tokenization::from_dir(dir.path(), None, None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("tokenizer.json")
+            && err.contains("model.unk_token \"[MISSING]\" is not in model.vocab"),
+        "{err}"
+    );
 }
