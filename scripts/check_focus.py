@@ -7,8 +7,9 @@ RUN_DIR is the output of `pipeline run --query-focus`; DIR the data it ran on. T
 read from focus.json (their character offsets), the variants built from them as the pipeline
 builds them (`text[:start] + text[end:]` without a sentence, `text[start:end]` alone), and every
 focus.tsv row of a dense or BM25 stage is recomputed over the whole corpus:
-  - dense (with --model): sentence-transformers' `encode_query` / `encode_document` (the model's
-    own prompts, pooling and normalisation), scores as numpy float32 inner products;
+  - dense (with --model): sentence-transformers, with the run's prompts, length and
+    normalisation (results.json's protocol; else the model's own, `encode_query` /
+    `encode_document`), scores as numpy float32 inner products;
   - BM25: bm25s 0.3.16 as the official baseline runs it (`bm25s.tokenize(texts, stopwords="en")`,
     default `BM25()`); a query of no known token is searched as "none", as the pipeline does.
 Ranks are exact over the corpus in trec_eval's order (score descending, id descending). Prints,
@@ -87,12 +88,29 @@ def main():
             sys.exit("check_focus: the run has a dense stage; pass --model DIR")
         from sentence_transformers import SentenceTransformer
 
+        # The run's protocol: its prompts (else the model's own), length and normalisation.
+        embedder = protocol["embedder"]
         model = SentenceTransformer(args.model, device="cpu")
-        docs = model.encode_document(texts, batch_size=32, convert_to_numpy=True).astype(np.float32)
+        if embedder.get("normalize") is False:
+            kept = [m for m in model if type(m).__name__ != "Normalize"]
+            model = SentenceTransformer(modules=kept, device="cpu")
+        if embedder.get("max_length"):
+            model.max_seq_length = embedder["max_length"]
+
+        def encode(batch, kind):
+            prompt = embedder.get(f"{kind}_prompt")
+            if prompt is not None:
+                out = model.encode(batch, prompt=prompt, batch_size=32, convert_to_numpy=True)
+            elif kind == "query":
+                out = model.encode_query(batch, batch_size=32, convert_to_numpy=True)
+            else:
+                out = model.encode_document(batch, batch_size=32, convert_to_numpy=True)
+            return out.astype(np.float32)
+
+        docs = encode(texts, "document")
 
         def dense(batch):
-            q = model.encode_query(batch, batch_size=32, convert_to_numpy=True).astype(np.float32)
-            return q @ docs.T
+            return encode(batch, "query") @ docs.T
 
         scorers["dense"] = dense
     if "bm25" in stages.values():

@@ -487,13 +487,13 @@ fn read_tokenizer(path: &Path) -> Result<Tokenizer> {
     // A vocabulary model's unknown token is in its vocabulary (WordPiece and WordLevel fail on
     // the first unknown word otherwise, naming no file: issue 54's fuzzing).
     let model = &json["model"];
-    if let (Some(unk), Some(vocab)) = (model["unk_token"].as_str(), model["vocab"].as_object()) {
-        if !vocab.contains_key(unk) {
-            return Err(Error::format(
-                path,
-                format!("model.unk_token {unk:?} is not in model.vocab"),
-            ));
-        }
+    if let (Some(unk), Some(vocab)) = (model["unk_token"].as_str(), model["vocab"].as_object())
+        && !vocab.contains_key(unk)
+    {
+        return Err(Error::format(
+            path,
+            format!("model.unk_token {unk:?} is not in model.vocab"),
+        ));
     }
     Tokenizer::from_bytes(&bytes).map_err(|e| Error::format(path, e.to_string()))
 }
