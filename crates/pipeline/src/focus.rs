@@ -383,38 +383,13 @@ fn rank_query(
                     let (a, b) = (cut(parts[0]), cut(parts[1]));
                     let fused =
                         index::fusion::reciprocal_rank_fusion(&[&a, &b], *rrf_k, stage.depth);
-                    let gold = gold_at
-                        .iter()
-                        .map(|at| {
-                            let found =
-                                at.and_then(|i| fused.iter().position(|d| d.id == doc_ids[i]));
-                            Standing {
-                                score: match (at, found) {
-                                    (None, _) => f64::NAN,
-                                    (Some(_), found) => found.map_or(0.0, |p| fused[p].score),
-                                },
-                                rank: found.map(|p| p + 1),
-                            }
-                        })
-                        .collect();
-                    (gold, fused)
+                    (in_list(&fused, gold_at, doc_ids, 0.0), fused)
                 }
                 Scorer::Pool { run, ids } => match run.get(&ids[variant]) {
                     Some(list) => {
                         let mut list = list.to_vec();
                         eval::sort_trec(&mut list);
-                        let gold = gold_at
-                            .iter()
-                            .map(|at| {
-                                let found =
-                                    at.and_then(|i| list.iter().position(|d| d.id == doc_ids[i]));
-                                Standing {
-                                    score: found.map_or(f64::NAN, |p| list[p].score),
-                                    rank: found.map(|p| p + 1),
-                                }
-                            })
-                            .collect();
-                        (gold, list)
+                        (in_list(&list, gold_at, doc_ids, f64::NAN), list)
                     }
                     None => {
                         // Not reranked (a sentence alone): nothing to say.
@@ -459,6 +434,29 @@ fn rank_query(
         });
     }
     Ok(out)
+}
+
+/// The gold skills' standings in a ranked `list` (a fused list, a reranked pool): a gold
+/// outside it scores `absent` and has no rank; one outside the corpus scores NaN.
+fn in_list(
+    list: &[ScoredDoc],
+    gold_at: &[Option<usize>],
+    doc_ids: &[Arc<str>],
+    absent: f64,
+) -> Vec<Standing> {
+    gold_at
+        .iter()
+        .map(|at| {
+            let found = at.and_then(|i| list.iter().position(|d| d.id == doc_ids[i]));
+            Standing {
+                score: match (at, found) {
+                    (None, _) => f64::NAN,
+                    (Some(_), found) => found.map_or(absent, |p| list[p].score),
+                },
+                rank: found.map(|p| p + 1),
+            }
+        })
+        .collect()
 }
 
 /// The gold skills' standings in every document's `scores` (ranks exact over the corpus, in
