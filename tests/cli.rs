@@ -1,7 +1,7 @@
 //! End-to-end tests of the `pipeline` command on the shipped tiny fixture.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-mod common;
+use crate::common;
 
 use common::{fixture, installed, path, pipeline, root, text};
 

@@ -3,7 +3,7 @@
 //! --help` succeeds, a nested command's too).
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-mod common;
+use crate::common;
 
 use common::root;
 

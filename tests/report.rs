@@ -4,7 +4,7 @@
 //! Playwright, `tests/browser/check_report.py`).
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -10,7 +10,7 @@
 //! long texts made from it (so that truncation is exercised either way).
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -472,8 +472,7 @@ fn what_a_user_sees_when_vllm_refuses() {
 // configurations, replicas going down, the resume from the cache, the probe
 // check and the key kept out of every output.
 
-#[path = "../crates/embedder/tests/support/fake_server.rs"]
-mod fake_server;
+use crate::fake_server;
 
 use fake_server::{Behaviour, FakeServer};
 

@@ -2,7 +2,7 @@
 //! killed with SIGKILL and resumed to the same weights, and bad input.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-mod common;
+use crate::common;
 
 use common::{installed, path, pipeline, root, text};
 

@@ -12,7 +12,7 @@
 //! the TEST models: scripts/make_chat_models.py.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-mod common;
+use crate::common;
 
 use common::cosine;
 use embedder::config::MessageFormat;

@@ -4,7 +4,7 @@
 //! truncated longest-first, with the real WordPiece and Qwen3 tokenizers.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-mod common;
+use crate::common;
 
 use embedder::Tokenization;
 use tokenizers::PostProcessor;

@@ -4,7 +4,7 @@
 //! scripts/fetch-models.sh; the texts from ../shared/skillret-sample.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@
 //! from scripts/make_qwen3_models.py; the texts from ../shared/skillret-sample.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -13,7 +13,7 @@
 //! from scripts/make_registry_models.py; the texts from ../shared/skillret-sample.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -5,8 +5,7 @@
 //! vLLM server is tested in the workspace's tests/served.rs.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-#[path = "support/fake_server.rs"]
-mod fake_server;
+use crate::fake_server;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

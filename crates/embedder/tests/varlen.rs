@@ -15,7 +15,7 @@
 //! scripts/make_registry_models.py; texts: ../shared/skillret-sample.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-mod common;
+use crate::common;
 
 use common::cosine;
 use embedder::{

@@ -1,8 +1,7 @@
 //! HNSW: recall against exact search, determinism, save/load and refusals.
 #![allow(clippy::unwrap_used)]
 
-#[path = "support/synthetic.rs"]
-mod synthetic;
+use crate::synthetic;
 
 use std::fs;
 use std::path::Path;

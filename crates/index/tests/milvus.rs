@@ -7,8 +7,7 @@
 //! the same script, with data directories of their own.
 #![allow(clippy::unwrap_used)]
 
-#[path = "support/synthetic.rs"]
-mod synthetic;
+use crate::synthetic;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -13,8 +13,7 @@
 //! models, random weights).
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-#[path = "../../embedder/tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

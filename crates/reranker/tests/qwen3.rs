@@ -9,8 +9,7 @@
 //! random weights); texts: ../shared/skillret-sample.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-#[path = "../../embedder/tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -4,8 +4,7 @@
 //! real vLLM: the workspace's tests/served.rs.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-#[path = "../../embedder/tests/support/fake_server.rs"]
-mod fake_server;
+use crate::fake_server;
 
 use std::time::Duration;
 

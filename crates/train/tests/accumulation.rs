@@ -3,7 +3,7 @@
 //! weighted sum) equals the whole batch's, for BCE and for the listwise loss.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-mod common;
+use crate::common;
 
 use candle_core::{Device, Tensor};
 use embedder::{Encoder, EncoderOptions};

@@ -3,7 +3,7 @@
 //! dropout masks are a function of (seed, step).
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-mod common;
+use crate::common;
 
 use candle_core::{Device, Tensor};
 use embedder::{Encoder, EncoderOptions};

@@ -5,7 +5,7 @@
 //! value), and the same clipped gradient norms.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-mod common;
+use crate::common;
 
 use candle_core::{Device, Tensor};
 use embedder::Tokens;

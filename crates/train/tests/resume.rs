@@ -3,7 +3,7 @@
 //! another model is refused naming its file.
 #![allow(clippy::unwrap_used)] // Test helpers fail loudly.
 
-mod common;
+use crate::common;
 
 use candle_core::Device;
 use embedder::{Encoder, EncoderOptions};
