@@ -167,6 +167,8 @@ fn serve(stream: TcpStream, behaviour: &Mutex<Behaviour>, stop: &AtomicBool) {
     stream
         .set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
+    // As the servers it stands in for (asyncio, under vLLM's uvicorn, sets TCP_NODELAY).
+    stream.set_nodelay(true).unwrap();
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut stream = stream;
     loop {
@@ -235,9 +237,10 @@ fn serve(stream: TcpStream, behaviour: &Mutex<Behaviour>, stop: &AtomicBool) {
                     head.push_str(&format!("Retry-After: {r}\r\n"));
                 }
                 head.push_str("\r\n");
-                if stream.write_all(head.as_bytes()).is_err()
-                    || stream.write_all(text.as_bytes()).is_err()
-                {
+                // One write: a head and body written apart wait for the client's delayed
+                // acknowledgement (Nagle's algorithm), 40 ms an answer.
+                head.push_str(&text);
+                if stream.write_all(head.as_bytes()).is_err() {
                     return;
                 }
             }
