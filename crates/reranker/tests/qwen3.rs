@@ -46,13 +46,13 @@ fn pairs(fixture: &Value) -> Option<Vec<(String, String)>> {
     Some(pairs)
 }
 
-/// Worst |P(yes) difference| over the first `limit` pairs of each of the
+/// Worst |P(yes) difference| over the pairs `chosen` (those the run has) of each of the
 /// fixture's runs; with `tokens`, after checking the token ids of every pair
 /// of the run (the template does not depend on the engine: one test checks them).
 fn worst_difference(
     backend: Backend,
     precision: Precision,
-    limit: usize,
+    chosen: std::ops::Range<usize>,
     tokens: bool,
 ) -> Option<f64> {
     let dir = qwen3()?;
@@ -88,8 +88,8 @@ fn worst_difference(
                 common::check_digest(&t.ids, digest, &format!("pair {i} at {max_length}"));
             }
         }
-        let want = &want[..want.len().min(limit)];
-        let pairs = &pairs[..want.len()];
+        let chosen = chosen.start..chosen.end.min(want.len());
+        let (want, pairs) = (&want[chosen.clone()], &pairs[chosen]);
         let got = model.score(pairs, &|_| {}).unwrap();
         for (g, w) in got.iter().zip(want) {
             worst = worst.max((f64::from(*g) - w).abs());
@@ -105,23 +105,24 @@ fn worst_difference(
 
 #[test]
 fn native_f32_equals_the_official_scoring_within_1e_5() {
-    if let Some(worst) = worst_difference(Backend::Native, Precision::F32, 60, true) {
+    if let Some(worst) = worst_difference(Backend::Native, Precision::F32, 0..60, true) {
         assert!(worst <= 1e-5, "worst |ΔP(yes)| {worst}");
     }
 }
 
 #[test]
 fn candle_f32_equals_the_official_scoring_within_1e_5() {
-    // candle pads each batch to its longest pair: a sample of the pairs (the first 8 run from
-    // 1,200 to 5,500 tokens at 8,192).
-    if let Some(worst) = worst_difference(Backend::Candle, Precision::F32, 8, false) {
+    // candle pads each batch to its longest pair, and its exact attention on the CPU is
+    // quadratic in it: four pairs of 1,279 to 2,138 tokens at 8,192 (the first four, up to
+    // 5,584, took 20 s here against 4; the native engine above runs them all).
+    if let Some(worst) = worst_difference(Backend::Candle, Precision::F32, 4..8, false) {
         assert!(worst <= 1e-5, "worst |ΔP(yes)| {worst}");
     }
 }
 
 #[test]
 fn native_bf16_stays_within_1e_2() {
-    if let Some(worst) = worst_difference(Backend::Native, Precision::Bf16, 60, false) {
+    if let Some(worst) = worst_difference(Backend::Native, Precision::Bf16, 0..60, false) {
         assert!(worst <= 1e-2, "worst |ΔP(yes)| {worst}");
     }
 }
@@ -129,7 +130,7 @@ fn native_bf16_stays_within_1e_2() {
 #[test]
 fn native_int8_stays_within_3e_2() {
     // Measured: 8.4e-3 (random test weights; query/key/value and down stay bf16).
-    if let Some(worst) = worst_difference(Backend::Native, Precision::Int8, 60, false) {
+    if let Some(worst) = worst_difference(Backend::Native, Precision::Int8, 0..60, false) {
         assert!(worst <= 3e-2, "worst |ΔP(yes)| {worst}");
     }
 }
