@@ -406,6 +406,27 @@ fn a_broken_tokenizer_or_a_length_below_its_special_tokens_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("is not among its special_tokens"), "{err}");
+    // The broken post-processor after a good one under the same key: the last is the one
+    // read (the first pass, which keeps only the post-processor, reads such a file whole).
+    let bad = tokenizer["post_processor"].to_string();
+    let good_processor =
+        serde_json::from_str::<serde_json::Value>(&good).unwrap()["post_processor"].to_string();
+    let twice = format!(
+        "{{\"post_processor\":{good_processor},{}",
+        &tokenizer.to_string()[1..]
+    );
+    assert!(twice.contains(&bad));
+    std::fs::write(&path, twice).unwrap();
+    let err = embedder::Tokenization::from_dir(dir.path(), None, None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("is not among its special_tokens"), "{err}");
+    // JSON that is not an object: tokenizers' own error, naming the file.
+    std::fs::write(&path, "[1, 2]").unwrap();
+    let err = embedder::Tokenization::from_dir(dir.path(), None, None)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("tokenizer.json"), "{err}");
 
     // A WordPiece or WordLevel vocabulary without its unknown token (the fuzzer's, third
     // round): tokenizers failed on the first unknown word, naming no file.
