@@ -34,7 +34,12 @@ bf16 dot, int8 dot) and the share of it our dense layers reach on the models' sh
     scripts/fetch-models.sh && cargo build --release -p pipeline && cargo build --release -p engine --example bench_linear
     pip install torch==2.15.0 sentence-transformers==6.2.0 onnxruntime==1.32.0 onnx==1.23.2 onnxscript==0.7.2 \
         openvino==2026.4.1
-    python3 scripts/bench_precision.py [--only minilm,e5,cross,peak] [--repeat 1]
+    python3 scripts/bench_precision.py [--only minilm,e5,cross,peak] [--repeat 3] [--torch-allocator auto]
+
+Engines run in alternating rounds, --repeat of them (best of each); the in-process ones (PyTorch, OpenVINO, ONNX
+Runtime) make one untimed pass first. PyTorch runs in its fast mode: glibc's malloc tuned to keep large blocks
+on the heap (as it is, PyTorch pays millions of page faults a pass and its speed depends on the heap's history;
+tcmalloc, 8% faster still, aborted beside ONNX Runtime: scripts/bench_anchor.py); the first line says which.
 
 ONNX exports are cached under target/bench-onnx/.
 
@@ -68,6 +73,8 @@ from pathlib import Path
 
 import numpy as np
 
+import bench_anchor
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / "target/release/pipeline"
 BENCH_LINEAR = ROOT / "target/release/examples/bench_linear"
@@ -89,7 +96,8 @@ def cosines(a, b):
 
 
 def run(cmd):
-    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    """Runs one of our binaries as it ships (without the allocator PyTorch was given); its stderr."""
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=bench_anchor.ours_env())
     if proc.returncode != 0:
         sys.exit(f"{' '.join(map(str, cmd))} failed:\n{proc.stderr}")
     return proc.stderr
@@ -190,54 +198,71 @@ def embedder_table(name, model, max_length, query_prefix, doc_prefix, args, torc
           f"(+ {len(queries)} queries for accuracy, untimed)")
     rows = []
 
+    # Every engine's pass over the documents, run in alternating rounds (in-process ones warmed up first);
+    # accuracy from each one's last pass and, untimed, the queries.
+    docs_in = [doc_prefix + d for d in docs]
+    queries_in = [query_prefix + q for q in queries]
     enc = lambda texts: st.encode(texts, batch_size=32, convert_to_numpy=True, show_progress_bar=False)
-    seconds, ref_docs = timed(args.repeat, lambda: enc([doc_prefix + d for d in docs]))
-    ref_queries = enc([query_prefix + q for q in queries])
-    rows.append(("PyTorch f32", seconds, 1.0))
+    sides, embed_queries = {}, {}
+    sides["PyTorch f32"] = lambda: (None, enc(docs_in))
+    embed_queries["PyTorch f32"] = enc
 
     # PyTorch bf16: the same model in bfloat16 (oneDNN; AMX tiles where the CPU has them).
     st16 = SentenceTransformer(str(model_dir), device="cpu", model_kwargs={"torch_dtype": torch.bfloat16})
     st16.max_seq_length = max_length
     enc16 = lambda texts: np.asarray(st16.encode(texts, batch_size=32, convert_to_numpy=False,
                                                  convert_to_tensor=True, show_progress_bar=False).float())
-    seconds, vecs = timed(args.repeat, lambda: enc16([doc_prefix + d for d in docs]))
-    worst = min(cosines(vecs, ref_docs).min(), cosines(enc16([query_prefix + q for q in queries]), ref_queries).min())
-    rows.append(("PyTorch bf16", seconds, worst))
-    del st16
+    sides["PyTorch bf16"] = lambda: (None, enc16(docs_in))
+    embed_queries["PyTorch bf16"] = enc16
 
     ov = openvino_embedder(model_dir, max_length, args)
     if ov is not None:
-        seconds, vecs = timed(args.repeat, lambda: ov([doc_prefix + d for d in docs]))
-        worst = min(cosines(vecs, ref_docs).min(), cosines(ov([query_prefix + q for q in queries]), ref_queries).min())
-        rows.append(("OpenVINO bf16", seconds, worst))
+        sides["OpenVINO bf16"] = lambda: (None, ov(docs_in))
+        embed_queries["OpenVINO bf16"] = ov
 
     f32_path, int8_path = export_onnx(model_dir, "embed", torch)
     for label, path in [("ONNX Runtime f32", f32_path), ("ONNX Runtime int8", int8_path)]:
         session = ort_session(path, args.threads)
-        run_ = lambda texts: ort_batches(tok, texts, None, max_length, 32, session)
-        seconds, vecs = timed(args.repeat, lambda: run_([doc_prefix + d for d in docs]))
-        worst = min(cosines(vecs, ref_docs).min(), cosines(run_([query_prefix + q for q in queries]), ref_queries).min())
-        rows.append((label, seconds, worst))
+        run_ = lambda texts, session=session: ort_batches(tok, texts, None, max_length, 32, session)
+        sides[label] = lambda run_=run_: (None, run_(docs_in))
+        embed_queries[label] = run_
+    in_process = list(sides)
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
         (tmp / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+        ours = {}
         for tag, binary, precision in builds(args):
             common = ["--model", model_dir, "--max-length", max_length, "--precision", precision,
                       "--query-prompt", query_prefix, "--document-prompt", doc_prefix]
-            best = float("inf")
-            for _ in range(args.repeat):
-                err = run(capped(tag, [binary, "embed", "--input", tmp / "docs.jsonl", "--output", tmp / "d.jsonl"] + common))
+            out = tmp / f"d-{tag}-{precision}.jsonl"
+
+            def ours_pass(tag=tag, binary=binary, common=common, out=out):
+                err = run(capped(tag, [binary, "embed", "--input", tmp / "docs.jsonl", "--output", out] + common))
                 m = re.search(r"embedded \d+ texts \((\d+) tokens\) in ([0-9.]+) s", err)
-                best = min(best, float(m.group(2)))
-            device = re.search(r" on (cpu[^\n]*)", err)
-            run(capped(tag, [binary, "embed", "--kind", "query", "--input", tmp / "queries.jsonl", "--output", tmp / "q.jsonl"] + common))
-            vecs = np.array([json.loads(l) for l in open(tmp / "d.jsonl")])
-            qvecs = np.array([json.loads(l) for l in open(tmp / "q.jsonl")])
+                device = re.search(r" on (cpu[^\n]*)", err)
+                return float(m.group(2)), device.group(1) if device else None
+
+            sides[f"{tag} {precision}"] = ours_pass
+            ours[f"{tag} {precision}"] = (tag, binary, common, out)
+        results = bench_anchor.alternate(sides, args.repeat, warm=in_process)
+        ref_docs = results["PyTorch f32"][2]
+        ref_queries = enc(queries_in)
+        rows = []
+        for label, (seconds, _, result) in results.items():
+            if label in ours:
+                tag, binary, common, out = ours[label]
+                run(capped(tag, [binary, "embed", "--kind", "query", "--input", tmp / "queries.jsonl",
+                                 "--output", tmp / "q.jsonl"] + common))
+                vecs = np.array([json.loads(l) for l in open(out)])
+                qvecs = np.array([json.loads(l) for l in open(tmp / "q.jsonl")])
+                label += f" [{result}]" if result else ""
+            else:
+                vecs, qvecs = result, embed_queries[label](queries_in)
             worst = min(cosines(vecs, ref_docs).min(), cosines(qvecs, ref_queries).min())
-            label = f"{tag} {precision}" + (f" [{device.group(1)}]" if device else "")
-            rows.append((label, best, worst))
+            rows.append((label, seconds, worst))
+    del st16
 
     ort_int8 = next(r[1] for r in rows if r[0] == "ONNX Runtime int8")
     torch_bf16 = next(r[1] for r in rows if r[0] == "PyTorch bf16")
@@ -326,38 +351,44 @@ def cross_table(model, max_length, args, torch):
     ce = CrossEncoder(str(model_dir), max_length=max_length, device="cpu")
     print(f"\n## cross-encoder {model}: {len(pairs)} pairs (all-MiniLM-L6-v2's top 20 of {len(queries)} queries), "
           f"max length {max_length}, {args.threads} threads")
-    rows = []
-
-    seconds, ref = timed(args.repeat, lambda: ce.predict(pairs, batch_size=32, activation_fn=torch.nn.Identity(),
-                                            show_progress_bar=False))
-    ref = np.asarray(ref, dtype=np.float64).reshape(-1)
-    rows.append(("PyTorch f32", seconds, ref))
+    # Every engine's pass over the pairs, in alternating rounds (in-process ones warmed up first).
+    sides = {}
+    sides["PyTorch f32"] = lambda: (None, np.asarray(ce.predict(
+        pairs, batch_size=32, activation_fn=torch.nn.Identity(), show_progress_bar=False),
+        dtype=np.float64).reshape(-1))
     ce16 = CrossEncoder(str(model_dir), max_length=max_length, device="cpu", model_kwargs={"torch_dtype": torch.bfloat16})
-    seconds, out = timed(args.repeat, lambda: ce16.predict(pairs, batch_size=32, activation_fn=torch.nn.Identity(),
-                                                  show_progress_bar=False, convert_to_numpy=False, convert_to_tensor=True))
-    rows.append(("PyTorch bf16", seconds, np.asarray(out.float(), dtype=np.float64).reshape(-1)))
-    del ce16
+    sides["PyTorch bf16"] = lambda: (None, np.asarray(ce16.predict(
+        pairs, batch_size=32, activation_fn=torch.nn.Identity(), show_progress_bar=False, convert_to_numpy=False,
+        convert_to_tensor=True).float(), dtype=np.float64).reshape(-1))
     f32_path, int8_path = export_onnx(model_dir, "cross", torch)
     for label, path in [("ONNX Runtime f32", f32_path), ("ONNX Runtime int8", int8_path)]:
         session = ort_session(path, args.threads)
-        seconds, out = timed(args.repeat, lambda: ort_batches(ce.tokenizer, [a for a, _ in pairs], [b for _, b in pairs],
-                                                 max_length, 32, session))
-        rows.append((label, seconds, out.reshape(-1).astype(np.float64)))
+        sides[label] = lambda session=session: (None, ort_batches(
+            ce.tokenizer, [a for a, _ in pairs], [b for _, b in pairs], max_length, 32, session
+        ).reshape(-1).astype(np.float64))
+    in_process = list(sides)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "first.trec").write_text("".join(run_lines))
         for tag, binary, precision in builds(args):
-            best = float("inf")
-            for _ in range(args.repeat):
+            out = tmp / f"out-{tag}-{precision}.trec"
+
+            def ours_pass(tag=tag, binary=binary, precision=precision, out=out):
                 err = run(capped(tag, [binary, "rerank", "--model", model_dir, "--data", sample, "--run",
-                                       tmp / "first.trec", "--top-n", 20, "--output", tmp / "out.trec",
+                                       tmp / "first.trec", "--top-n", 20, "--output", out,
                                        "--max-length", max_length, "--precision", precision]))
-                best = min(best, float(re.search(r"reranked \d+ pairs in ([0-9.]+) s", err).group(1)))
-            got = {}
-            for line in open(tmp / "out.trec"):
-                q, _, s, _, score, _ = line.split()
-                got[(q, s)] = float(score)
-            rows.append((f"{tag} {precision}", best, np.array([got[k] for k in keys])))
+                got = {}
+                for line in open(out):
+                    q, _, s, _, score, _ = line.split()
+                    got[(q, s)] = float(score)
+                seconds = float(re.search(r"reranked \d+ pairs in ([0-9.]+) s", err).group(1))
+                return seconds, np.array([got[k] for k in keys])
+
+            sides[f"{tag} {precision}"] = ours_pass
+        results = bench_anchor.alternate(sides, args.repeat, warm=in_process)
+    del ce16
+    rows = [(label, seconds, scores) for label, (seconds, _, scores) in results.items()]
+    ref = results["PyTorch f32"][2]
 
     def order_changes(scores):
         changed = 0
@@ -439,7 +470,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="minilm,e5,cross,peak", help="comma-separated: minilm, e5, cross, peak")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeat", type=int, default=1, help="best of this many runs per engine")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="rounds of alternating runs, best of these per engine (in-process engines warmed up first)")
+    ap.add_argument("--torch-allocator", choices=bench_anchor.MODES, default="auto",
+                    help="PyTorch's allocator (see scripts/bench_anchor.py): auto = glibc-tuned (tcmalloc aborts "
+                         "beside ONNX Runtime here); glibc = as it is (slow and history-dependent)")
     ap.add_argument("--cross-encoder", default=None,
                     help="models/ directory of the cross-encoder (default: skill-reranker-minilm if trained, "
                          "else test-bert-cross-encoder)")
@@ -449,6 +484,8 @@ def main():
     ap.add_argument("--before", default=None,
                     help="another build of pipeline to run side by side (rows 'before ...')")
     args = ap.parse_args()
+    # tcmalloc preloaded aborts next to ONNX Runtime here (scripts/bench_anchor.py): glibc tuned by default.
+    allocator = bench_anchor.fast_allocator(args.torch_allocator, prefer="glibc-tuned")
     cpu_avx512 = "avx512f" in Path("/proc/cpuinfo").read_text()
     args.ort_capped = args.isa == "native" or not cpu_avx512
     if args.isa != "native":
@@ -469,7 +506,8 @@ def main():
     import onnxruntime
 
     print(f"torch {torch.__version__}, sentence-transformers {metadata.version('sentence-transformers')}, "
-          f"onnxruntime {onnxruntime.__version__}, {args.threads} threads, best of {args.repeat}; "
+          f"onnxruntime {onnxruntime.__version__}, {args.threads} threads, best of {args.repeat} alternating rounds "
+          f"(in-process engines warmed up first); PyTorch's allocator: {allocator}; "
           f"CPU {'with' if cpu_avx512 else 'without'} AVX-512; isa {args.isa}"
           + ("" if args.ort_capped else " (ONNX Runtime uncapped: its ratios are not given)"))
     model, flags = machine()
