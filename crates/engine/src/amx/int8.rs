@@ -140,7 +140,7 @@ pub fn matmul(
     assert!(super::supported(), "AMX tiles are not usable here");
     matmul_on(
         Kernel::Tiles,
-        Blocking::DEFAULT,
+        Blocking::for_rows(rows),
         c,
         a,
         rows,
