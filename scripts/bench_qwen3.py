@@ -218,38 +218,33 @@ def main():
             sys.exit(f"only {len(texts)} sample skills have {length} tokens")
         tokens = len(texts) * length
         batch = max(1, args.batch_tokens // length)
-        times = {side: [] for side in sides}
-        vectors = {}
         with tempfile.TemporaryDirectory() as tmp:
             inp = Path(tmp) / "in.jsonl"
             inp.write_text("".join(json.dumps(t) + "\n" for t in texts))
-            for side in sides:
-                if side.startswith("torch"):
-                    models[side].max_seq_length = length
-                    models[side].encode_document(texts, batch_size=batch, convert_to_numpy=True)
-            for _ in range(args.repeat):
-                for side in sides:
-                    if side.startswith("torch"):
-                        st = models[side]
-                        st.max_seq_length = length
-                        t0 = time.perf_counter()
-                        v = st.encode_document(texts, batch_size=batch, convert_to_numpy=True)
-                        times[side].append(time.perf_counter() - t0)
-                        vectors[side] = v.astype(np.float32)
-                    else:
-                        out = Path(tmp) / f"{side}.jsonl"
-                        precision = side.split("-")[1]
-                        exe = binary if side.startswith("ours") else Path(args.before)
-                        cmd = [str(exe), "embed", "--model", str(model_dir), "--input", str(inp),
-                               "--output", str(out), "--max-length", str(length), "--precision", precision,
-                               "--batch-tokens", str(args.batch_tokens)]
-                        proc = subprocess.run(cmd, check=True, capture_output=True, text=True,
-                                              env=bench_anchor.ours_env())
-                        m = re.search(r"embedded \d+ texts \((\d+) tokens\) in ([0-9.]+) s", proc.stderr)
-                        if not m or int(m.group(1)) != tokens:
-                            sys.exit(f"unexpected pipeline output: {proc.stderr}")
-                        times[side].append(float(m.group(2)))
-                        vectors[side] = np.array([json.loads(l) for l in out.read_text().splitlines()], dtype=np.float32)
+
+            def torch_pass(st):
+                st.max_seq_length = length
+                return None, st.encode_document(texts, batch_size=batch, convert_to_numpy=True).astype(np.float32)
+
+            def ours_pass(side):
+                out = Path(tmp) / f"{side}.jsonl"
+                precision = side.split("-")[1]
+                exe = binary if side.startswith("ours") else Path(args.before)
+                cmd = [str(exe), "embed", "--model", str(model_dir), "--input", str(inp),
+                       "--output", str(out), "--max-length", str(length), "--precision", precision,
+                       "--batch-tokens", str(args.batch_tokens)]
+                proc = subprocess.run(cmd, check=True, capture_output=True, text=True, env=bench_anchor.ours_env())
+                m = re.search(r"embedded \d+ texts \((\d+) tokens\) in ([0-9.]+) s", proc.stderr)
+                if not m or int(m.group(1)) != tokens:
+                    sys.exit(f"unexpected pipeline output: {proc.stderr}")
+                return float(m.group(2)), np.array([json.loads(l) for l in out.read_text().splitlines()],
+                                                   dtype=np.float32)
+
+            passes = {side: (lambda st=models[side]: torch_pass(st)) if side.startswith("torch")
+                      else (lambda side=side: ours_pass(side)) for side in sides}
+            results = bench_anchor.alternate(passes, args.repeat, warm=[s for s in sides if s.startswith("torch")])
+        times = {side: ts for side, (_, ts, _) in results.items()}
+        vectors = {side: v for side, (_, _, v) in results.items()}
         reference = vectors["torch-f32"] if "torch-f32" in vectors else None
         base = min(times["torch-f32"]) if "torch-f32" in times else None
         print(f"{length} tokens: {len(texts)} skills, {tokens} tokens, batches of {batch}")

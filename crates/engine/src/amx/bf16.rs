@@ -65,7 +65,7 @@ impl Blocking {
     /// more rows. Each group's k-chunk of the weight then comes from L3 or
     /// memory once per thread and serves all of its strips from L2: the
     /// tile unit runs at 24% of its peak on weights streaming from beyond L2
-    /// and at 53-58% from L2 (a loop of 2 × 2 tile products, one core,
+    /// and at 49-58% from L2 (a loop of 2 × 2 tile products, one core,
     /// measured on a Xeon with AMX); Qwen3-0.6B's layers at 4,096 rows ran
     /// 1,313-1,513 → 1,533-1,871 GFLOP/s on two threads. Sums are the same
     /// whatever the blocking (the chunks are the weight's).
