@@ -17,13 +17,15 @@
 //! registers between blocks; `Kernel::Model` runs the same steps on the
 //! portable `amx::model`.
 //!
-//! Blocking. Rows are split into parallel tasks; in a task, for each group
-//! of panels (their k-chunk fits in L2), each chunk of the shared dimension
-//! (a strip's chunk of A fits in L1) and each strip, one kernel call runs
-//! across the group; partial sums go through C between chunks (as f32: a
-//! row's bits never depend on the batch, its strip or its task). The
-//! epilogue (bias, residual) and the caller's `post` then run on the task's
-//! rows while they are in cache.
+//! Blocking. Rows are split into parallel tasks (one per thread on large
+//! products); in a task, for each group of panels (their k-steps fit in
+//! L2) and each strip, one kernel call runs across the group, each panel
+//! over the whole shared dimension, so that accumulators start from the
+//! bias (or zero) and are stored once (a weight packed in shorter chunks,
+//! as the tests do, sends partial sums through C between chunks, as f32: a
+//! row's bits never depend on the batch, its strip, its task or the
+//! chunking). The epilogue (bias, residual) and the caller's `post` then
+//! run on the task's rows.
 
 use rayon::prelude::*;
 
@@ -53,35 +55,52 @@ pub(crate) struct Blocking {
 
 impl Blocking {
     /// The smallest blocking of the engine's products: tasks of four strips,
-    /// a group's k-chunk of the weight 1 MiB (L2, 2 MiB a core on these
-    /// Xeons).
+    /// a group's chunk of the weight at most 1 MiB for the chunks that
+    /// [`CHUNK_STEPS`] gives (L2, 2 MiB a core on these Xeons).
     pub(crate) const DEFAULT: Self = Self {
         task_rows: 128,
         group_panels: 32,
     };
 
-    /// The blocking of a product of `rows` rows: [`Blocking::DEFAULT`], with
-    /// the rows split into one task per thread where that gives tasks of
-    /// more rows. Each group's k-chunk of the weight then comes from L3 or
-    /// memory once per thread and serves all of its strips from L2: the
-    /// tile unit runs at 24% of its peak on weights streaming from beyond L2
-    /// and at 49-58% from L2 (a loop of 2 × 2 tile products, one core,
-    /// measured on a Xeon with AMX); Qwen3-0.6B's layers at 4,096 rows ran
-    /// 1,313-1,513 → 1,533-1,871 GFLOP/s on two threads. Sums are the same
-    /// whatever the blocking (the chunks are the weight's).
-    pub(crate) fn for_rows(rows: usize) -> Self {
+    /// The blocking of a product of `rows` rows on a weight laid out as
+    /// `layout` (2 KiB a panel per k-step): tasks of [`Blocking::DEFAULT`]'s
+    /// rows, or one task per thread where that gives more, and the panels in
+    /// the fewest groups whose chunk is at most [`GROUP_BYTES`], of sizes as
+    /// even as they can be.
+    ///
+    /// One task per thread: each group of weight panels then comes from L3
+    /// or memory once per thread and serves all of its strips from L2 (the
+    /// tile unit runs at 24% of its peak on weights streaming from beyond
+    /// L2 and at 49-58% from L2: a loop of 2 × 2 tile products, one core, a
+    /// Xeon with AMX); Qwen3-0.6B's layers at 4,096 rows ran 1,313-1,513 →
+    /// 1,533-1,871 GFLOP/s on two threads. Sums are the same whatever the
+    /// blocking.
+    pub(crate) fn for_product(rows: usize, layout: &Layout) -> Self {
         let per_thread = rows
             .div_ceil(rayon::current_num_threads().max(1))
             .next_multiple_of(STRIP);
+        let most = (GROUP_BYTES / (layout.chunk * 2 * TILE_VALUES * 2)).max(1);
+        let panels = layout.panels.max(1);
         Self {
             task_rows: per_thread.max(Self::DEFAULT.task_rows),
-            ..Self::DEFAULT
+            group_panels: panels.div_ceil(panels.div_ceil(most)),
         }
     }
 }
 
-/// k-steps per chunk of the shared dimension: a strip's chunk of A is 16
-/// KiB (L1).
+/// The most bytes of a group's chunk of the weight (L2 holds it while every
+/// strip of a task passes).
+pub(crate) const GROUP_BYTES: usize = 1 << 20;
+
+/// k-steps per chunk of the shared dimension of [`Blocking::DEFAULT`] and of
+/// the tests' packings (a strip's chunk of A is 32 KiB). The engine packs
+/// its weights in one chunk ([`PackedWeight::pack`]): a panel's
+/// accumulators then live across the whole shared dimension, since sending
+/// partial sums through C costs more than reading A from L2 (Qwen3-0.6B's
+/// `down`, 3,072 → 1,024 at 4,096 rows, two threads, mean GFLOP/s over 2 s:
+/// chunks of 16 k-steps 1,029-1,129, 24: 1,162-1,207, 32: 1,226-1,280, 48:
+/// 1,299-1,364, all 96: 1,319-1,391; a Xeon with AMX).
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const CHUNK_STEPS: usize = 16;
 
 /// A weight matrix `W` (`outputs × inputs`, row-major as stored) packed in
@@ -106,9 +125,10 @@ impl std::fmt::Debug for PackedWeight {
 }
 
 impl PackedWeight {
-    /// Packs a weight as stored (`outputs × inputs`, row-major).
+    /// Packs a weight as stored (`outputs × inputs`, row-major), the
+    /// whole shared dimension in one chunk.
     pub fn pack(weight: &[f32], inputs: usize, outputs: usize) -> Self {
-        Self::pack_in_chunks(weight, inputs, outputs, CHUNK_STEPS)
+        Self::pack_in_chunks(weight, inputs, outputs, inputs.div_ceil(KSTEP).max(1))
     }
 
     /// [`PackedWeight::pack`] with `chunk` k-steps per chunk.
@@ -175,7 +195,7 @@ pub fn matmul(
     assert!(super::supported(), "AMX tiles are not usable here");
     matmul_on(
         Kernel::Tiles,
-        Blocking::for_rows(rows),
+        Blocking::for_product(rows, &w.layout),
         c,
         a,
         rows,
@@ -1007,7 +1027,10 @@ mod tests {
             let (a, w, want) = exact_case(rows, inputs, outputs);
             for chunk in [CHUNK_STEPS, 1, 2] {
                 let packed = PackedWeight::pack_in_chunks(&w, inputs, outputs, chunk);
-                for &blocking in BLOCKINGS.iter().chain(&[Blocking::for_rows(rows)]) {
+                for &blocking in BLOCKINGS
+                    .iter()
+                    .chain(&[Blocking::for_product(rows, &packed.layout)])
+                {
                     let got = product(Kernel::Model, blocking, &a, &packed, rows);
                     assert_eq!(
                         got, want,
@@ -1021,15 +1044,44 @@ mod tests {
     #[test]
     fn a_large_product_has_a_task_per_thread_and_a_small_one_the_default() {
         let threads = rayon::current_num_threads();
-        assert_eq!(Blocking::for_rows(1), Blocking::DEFAULT);
-        assert_eq!(Blocking::for_rows(128), Blocking::DEFAULT);
-        let big = Blocking::for_rows(4096);
+        let layout = Layout::new(64, CHUNK_STEPS, 64);
+        assert_eq!(Blocking::for_product(1, &layout), Blocking::DEFAULT);
+        assert_eq!(Blocking::for_product(128, &layout), Blocking::DEFAULT);
+        let big = Blocking::for_product(4096, &layout);
         assert!(big.task_rows.is_multiple_of(STRIP) && big.task_rows >= 128);
         assert!(big.task_rows * threads >= 4096);
         if 4096usize.div_ceil(threads) > 128 {
             assert!((big.task_rows - STRIP) * threads < 4096);
         }
         assert_eq!(big.group_panels, Blocking::DEFAULT.group_panels);
+    }
+
+    #[test]
+    fn groups_of_panels_hold_at_most_a_mebibyte_of_the_weight_and_are_even() {
+        // 2 KiB a panel per k-step: 1,024 inputs (32 steps) → 16 panels a
+        // group, 3,072 (96) → 5, 1,536 (48) → 10, evened out over the
+        // panels; a chunk past 1 MiB → one panel.
+        for (steps, panels, group) in [
+            (1, 100, 100),
+            (12, 36, 36),
+            (12, 48, 24),
+            (32, 96, 16),
+            (32, 64, 16),
+            (96, 32, 5),
+            (48, 12, 6),
+            (1024, 3, 1),
+        ] {
+            let layout = Layout::new(steps, steps, panels);
+            let blocking = Blocking::for_product(64, &layout);
+            assert_eq!(
+                blocking.group_panels, group,
+                "{steps} steps, {panels} panels"
+            );
+            assert!(group == 1 || group * steps * 2 * TILE_VALUES * 2 <= GROUP_BYTES);
+        }
+        // The engine's packing: one chunk of the whole shared dimension.
+        let w = PackedWeight::pack(&vec![0.0; 100 * 1000], 1000, 100);
+        assert_eq!((w.layout.chunk, w.layout.steps), (32, 32));
     }
 
     #[test]
@@ -1134,7 +1186,7 @@ mod tests {
             assert_eq!(
                 rows.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
                 all.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-                "Blocking::for_rows(2000)"
+                "Blocking::for_product(2000, …)"
             );
         }
         for (from, rows) in [(0, 1), (37, 1), (5, 17), (60, 40)] {

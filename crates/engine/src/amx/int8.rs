@@ -11,7 +11,7 @@
 
 use rayon::prelude::*;
 
-use super::bf16::{Blocking, CHUNK_STEPS, CONFIGS, Kernel, Op, PANEL, STRIP, Strip};
+use super::bf16::{Blocking, CONFIGS, Kernel, Op, PANEL, STRIP, Strip};
 use super::{Aligned, Layout};
 use crate::tile::Post;
 
@@ -55,7 +55,7 @@ fn step_of(max: f32) -> (f32, f32) {
 impl PackedWeight {
     /// Quantises and packs a weight as stored (`outputs × inputs`).
     pub fn pack(weight: &[f32], inputs: usize, outputs: usize) -> Self {
-        Self::pack_in_chunks(weight, inputs, outputs, CHUNK_STEPS)
+        Self::pack_in_chunks(weight, inputs, outputs, inputs.div_ceil(KSTEP).max(1))
     }
 
     /// [`PackedWeight::pack`] with `chunk` k-steps per chunk.
@@ -140,7 +140,7 @@ pub fn matmul(
     assert!(super::supported(), "AMX tiles are not usable here");
     matmul_on(
         Kernel::Tiles,
-        Blocking::for_rows(rows),
+        Blocking::for_product(rows, &w.layout),
         c,
         a,
         rows,
@@ -389,6 +389,7 @@ fn epilogue(
 
 #[cfg(test)]
 mod tests {
+    use super::super::bf16::CHUNK_STEPS;
     use super::*;
 
     /// A product whose weights and activations quantise exactly (every row
