@@ -8,6 +8,7 @@
 use rayon::prelude::*;
 
 use crate::kernels::{self, ROW_BLOCK, matmul};
+use crate::lanes::sized;
 use crate::tile::{Post, View};
 
 impl From<crate::Precision> for Arithmetic {
@@ -211,6 +212,7 @@ impl std::fmt::Debug for Linear {
             Packed::None => "f32 as stored",
             Packed::Bf16(_) => "bf16 panels",
             Packed::AmxBf16(_) => "bf16 tiles",
+            Packed::AmxBf16Gated(_) => "bf16 tiles, gate and up in pairs of panels",
             Packed::AmxInt8(_) => "int8 tiles",
             Packed::Int8(_) => "int8 panels",
             Packed::F32(_) => "f32 panels",
@@ -224,6 +226,55 @@ impl std::fmt::Debug for Linear {
     }
 }
 
+/// How a feed-forward block's first product ends
+/// ([`Linear::forward_activated`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// GELU on each output (exact, or the tanh approximation).
+    Gelu { tanh: bool },
+    /// SwiGLU: `silu(gate) · up`, the layer's outputs the gate's, then the
+    /// up projection's.
+    SiluGate,
+    /// GeGLU with GELU's tanh form, laid out as [`Activation::SiluGate`].
+    GeluTanhGate,
+}
+
+impl Activation {
+    fn epilogue(self) -> crate::amx::bf16::Epilogue {
+        use crate::amx::bf16::Epilogue;
+        match self {
+            Self::Gelu { tanh } => Epilogue::Gelu { tanh },
+            Self::SiluGate => Epilogue::Gated { silu: true },
+            Self::GeluTanhGate => Epilogue::Gated { silu: false },
+        }
+    }
+
+    /// The layer's outputs per hidden value.
+    fn inputs_per_output(self) -> usize {
+        match self {
+            Self::Gelu { .. } => 1,
+            Self::SiluGate | Self::GeluTanhGate => 2,
+        }
+    }
+}
+
+/// A feed-forward block's hidden activations between its two products
+/// (a buffer kept across calls): f32 rows, or bf16 strips in the tile
+/// layout where both products run on AMX tiles.
+#[derive(Debug, Default)]
+pub struct Hidden {
+    /// f32, `tokens × width` (the unfused path).
+    values: Vec<f32>,
+    /// A gated unit's gate and up outputs (the unfused path).
+    gate_up: Vec<f32>,
+    /// The first product's input rounded into strips (the fused path).
+    input: crate::amx::bf16::Strips,
+    /// Its output, as the second product reads it (the fused path).
+    tiles: crate::amx::bf16::Strips,
+    /// Whether `tiles` holds the activations.
+    fused: bool,
+}
+
 /// The weight as the product reads it.
 enum Packed {
     /// As stored, read transposed by the `gemm` crate (f32).
@@ -232,6 +283,10 @@ enum Packed {
     Bf16(crate::bf16::PackedWeight),
     /// bfloat16 in the AMX tile layout.
     AmxBf16(crate::amx::bf16::PackedWeight),
+    /// A gated unit's weight (gate, then up) in the AMX tile layout, each 32
+    /// gate columns next to their 32 up columns (the bias reordered alike):
+    /// read only by [`Linear::forward_activated`].
+    AmxBf16Gated(crate::amx::bf16::PackedWeight),
     /// int8 (per-channel scales) in the AMX tile layout.
     AmxInt8(crate::amx::int8::PackedWeight),
     /// Panels of int8 groups (per-channel scales) for an int8 kernel.
@@ -324,6 +379,9 @@ impl Linear {
             Packed::AmxBf16(packed) => {
                 crate::amx::bf16::matmul(out, x, tokens, packed, bias, residual, post);
             }
+            Packed::AmxBf16Gated(_) => {
+                panic!("a gated layer's columns are paired: Linear::forward_activated reads it")
+            }
             Packed::AmxInt8(packed) => {
                 crate::amx::int8::matmul(out, x, tokens, packed, bias, residual, post);
             }
@@ -391,8 +449,143 @@ impl Linear {
     /// runs through this product: [`TILE_BLOCK_ROWS`] on AMX tiles, else 0.
     pub fn block_rows(&self) -> usize {
         match self.packed {
-            Packed::AmxBf16(_) | Packed::AmxInt8(_) => TILE_BLOCK_ROWS,
+            Packed::AmxBf16(_) | Packed::AmxBf16Gated(_) | Packed::AmxInt8(_) => TILE_BLOCK_ROWS,
             _ => 0,
+        }
+    }
+
+    /// [`Linear::prepare`] for a feed-forward block's first product, which
+    /// [`Linear::forward_activated`] runs with `activation`: a gated one on
+    /// AMX tiles gets its gate and up columns paired, so that the gate is
+    /// applied as the sums leave the tiles.
+    pub fn prepare_activated(&mut self, arithmetic: Arithmetic, activation: Activation) {
+        let epilogue = activation.epilogue();
+        let gated = matches!(epilogue, crate::amx::bf16::Epilogue::Gated { .. });
+        if gated
+            && arithmetic == Arithmetic::Bf16
+            && crate::amx::supported()
+            && crate::amx::bf16::fuses(self.outputs, epilogue)
+        {
+            self.packed = Packed::AmxBf16Gated(crate::amx::bf16::PackedWeight::pack_gated(
+                &self.weight,
+                self.bias.as_deref_mut(),
+                self.inputs,
+                self.outputs,
+            ));
+            self.weight = Vec::new();
+        } else {
+            self.prepare(arithmetic);
+        }
+    }
+
+    /// `hidden = activation((bias or 0) + x·Wᵀ)` for `tokens` rows: a
+    /// feed-forward block's first product, kept as `next` (its second)
+    /// reads it ([`Linear::forward_hidden`]). Where both run on AMX tiles in
+    /// bf16, the activation is applied as the sums leave the tiles and the
+    /// result rounded straight into the strips `next` reads (no f32 hidden
+    /// activations in memory, no pass to round them); else in f32, as
+    /// [`Linear::forward_then`]. The same bits either way.
+    pub fn forward_activated(
+        &self,
+        x: &[f32],
+        tokens: usize,
+        activation: Activation,
+        hidden: &mut Hidden,
+        next: &Linear,
+    ) {
+        let x = &x[..tokens * self.inputs];
+        let bias = self.bias.as_deref();
+        let epilogue = activation.epilogue();
+        let width = self.outputs / activation.inputs_per_output();
+        let tiles_next = matches!(next.packed, Packed::AmxBf16(_));
+        let gated = matches!(epilogue, crate::amx::bf16::Epilogue::Gated { .. });
+        let tiles = match &self.packed {
+            Packed::AmxBf16Gated(packed) => {
+                assert!(
+                    gated,
+                    "a gated layer's columns are paired: run with {activation:?}"
+                );
+                Some(packed)
+            }
+            Packed::AmxBf16(packed)
+                if !gated && tiles_next && crate::amx::bf16::fuses(self.outputs, epilogue) =>
+            {
+                Some(packed)
+            }
+            _ => None,
+        };
+        hidden.fused = false;
+        match tiles {
+            Some(packed) => {
+                hidden.input.round(x, tokens, self.inputs);
+                crate::amx::bf16::matmul_into(
+                    &mut hidden.tiles,
+                    &hidden.input,
+                    packed,
+                    bias,
+                    epilogue,
+                );
+                if tiles_next {
+                    hidden.fused = true;
+                } else {
+                    let values = hidden.tiles.to_f32();
+                    hidden.values = values;
+                }
+            }
+            None => {
+                let values = sized(&mut hidden.values, tokens * width);
+                match activation {
+                    Activation::Gelu { tanh } => self.forward_then(
+                        x,
+                        tokens,
+                        values,
+                        None,
+                        Some(&move |rows: &mut [f32]| kernels::gelu(rows, tanh)),
+                    ),
+                    Activation::SiluGate | Activation::GeluTanhGate => {
+                        let gate_up = sized(&mut hidden.gate_up, tokens * self.outputs);
+                        self.forward(x, tokens, gate_up, None);
+                        let gate = match activation {
+                            Activation::SiluGate => kernels::silu_mul,
+                            _ => kernels::gelu_tanh_mul,
+                        };
+                        values
+                            .par_chunks_mut(width * ROW_BLOCK)
+                            .zip(gate_up.par_chunks(self.outputs * ROW_BLOCK))
+                            .for_each(|(v, g)| gate(g, v, width));
+                    }
+                }
+            }
+        }
+    }
+
+    /// `out = (residual or 0) + (bias or 0) + hidden·Wᵀ` for `tokens` rows
+    /// of what [`Linear::forward_activated`] left in `hidden`.
+    pub fn forward_hidden(
+        &self,
+        hidden: &Hidden,
+        tokens: usize,
+        out: &mut [f32],
+        residual: Option<&[f32]>,
+    ) {
+        match &self.packed {
+            Packed::AmxBf16(packed) if hidden.fused => {
+                assert_eq!(hidden.tiles.rows(), tokens, "hidden is not tokens rows");
+                let out = &mut out[..tokens * self.outputs];
+                let residual = residual.map(|r| &r[..out.len()]);
+                crate::amx::bf16::matmul_strips(
+                    out,
+                    &hidden.tiles,
+                    packed,
+                    self.bias.as_deref(),
+                    residual,
+                    None,
+                );
+            }
+            _ => {
+                assert!(!hidden.fused, "hidden is in tiles: the layer reads f32");
+                self.forward(&hidden.values, tokens, out, residual);
+            }
         }
     }
 
@@ -432,6 +625,80 @@ impl Linear {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A feed-forward block through `forward_activated` and
+    /// `forward_hidden` (fused on AMX tiles) gives the bits of its
+    /// products and activation run one after the other.
+    #[test]
+    fn a_feed_forward_block_fused_or_not_gives_the_same_bits() {
+        let arithmetic = if crate::bf16::supported() {
+            Arithmetic::Bf16
+        } else {
+            Arithmetic::F32
+        };
+        let (tokens, h, width) = (70, 96, 128);
+        let x: Vec<f32> = (0..tokens * h)
+            .map(|i| ((i * 7919) % 97) as f32 / 25.0 - 2.0)
+            .collect();
+        let weight = |outputs: usize, inputs: usize, seed: usize| -> Vec<f32> {
+            (0..outputs * inputs)
+                .map(|i| ((i * 104_729 + seed) % 89) as f32 / 90.0 - 0.5)
+                .collect()
+        };
+        let residual: Vec<f32> = (0..tokens * h).map(|i| (i % 7) as f32 / 4.0).collect();
+        for activation in [
+            Activation::Gelu { tanh: false },
+            Activation::Gelu { tanh: true },
+            Activation::SiluGate,
+            Activation::GeluTanhGate,
+        ] {
+            let outputs = width * activation.inputs_per_output();
+            let up_weight = weight(outputs, h, 1);
+            let bias: Vec<f32> = (0..outputs).map(|o| (o % 11) as f32 / 10.0 - 0.5).collect();
+            let mut down = Linear::new(weight(h, width, 2), Some(vec![0.25; h]), width, h);
+            down.prepare(arithmetic);
+            // One after the other: the product, the activation in f32, the
+            // next product (rounding its input as it always does).
+            let mut up = Linear::new(up_weight.clone(), Some(bias.clone()), h, outputs);
+            up.prepare(arithmetic);
+            let mut sums = vec![0.0; tokens * outputs];
+            up.forward(&x, tokens, &mut sums, None);
+            let mut act = vec![0.0; tokens * width];
+            match activation {
+                Activation::Gelu { tanh } => {
+                    act.copy_from_slice(&sums);
+                    kernels::gelu(&mut act, tanh);
+                }
+                Activation::SiluGate => kernels::silu_mul(&sums, &mut act, width),
+                Activation::GeluTanhGate => kernels::gelu_tanh_mul(&sums, &mut act, width),
+            }
+            let mut want = vec![0.0; tokens * h];
+            down.forward(&act, tokens, &mut want, Some(&residual));
+            // Through the hidden buffer, twice (the second time reusing it
+            // for fewer rows).
+            let mut up = Linear::new(up_weight, Some(bias), h, outputs);
+            up.prepare_activated(arithmetic, activation);
+            let mut hidden = Hidden::default();
+            for rows in [tokens, 33] {
+                let mut got = vec![f32::NAN; rows * h];
+                up.forward_activated(&x, rows, activation, &mut hidden, &down);
+                assert_eq!(
+                    hidden.fused,
+                    crate::amx::supported() && arithmetic == Arithmetic::Bf16,
+                    "{activation:?}"
+                );
+                down.forward_hidden(&hidden, rows, &mut got, Some(&residual[..rows * h]));
+                assert_eq!(
+                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want[..rows * h]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect::<Vec<_>>(),
+                    "{activation:?}, {rows} rows"
+                );
+            }
+        }
+    }
 
     #[test]
     fn int8_plans_keep_the_sensitive_layers_out_of_int8() {

@@ -23,7 +23,7 @@ use crate::files::{ModelFiles, Weights};
 use engine::attention::{self, Heads, QkvLayout};
 use engine::kernels::{self, ROW_BLOCK};
 use engine::lanes::{Reused, sized};
-use engine::linear::{Linear, Plan, Role};
+use engine::linear::{Activation, Hidden, Linear, Plan, Role};
 
 /// The BERT architecture, from `config.json`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -321,7 +321,6 @@ impl NativeBert {
     /// feed-forward on those rows only).
     fn states(&self, inputs: &[&Tokens], picks: Option<&[usize]>, b: &mut Buffers) {
         let h = self.config.hidden_size;
-        let inter = self.config.intermediate_size;
         let eps = self.config.layer_norm_eps as f32;
         let tokens: usize = inputs.iter().map(|t| t.ids.len()).sum();
         // RoBERTa-style models number positions from padding_idx + 1.
@@ -387,23 +386,25 @@ impl NativeBert {
             let after = |hidden: &mut [f32],
                          context: &[f32],
                          attended: &mut [f32],
-                         intermediate: &mut [f32]| {
+                         intermediate: &mut Hidden| {
                 let m = hidden.len() / h;
                 let attended = &mut attended[..m * h];
                 layer
                     .attention_out
                     .forward(context, m, attended, Some(hidden));
                 layer.attention_norm.apply(attended, h, eps);
-                layer.intermediate.forward_then(
+                // GELU as the sums leave the tiles where both products run
+                // on AMX (the intermediate then never reaches memory in f32).
+                layer.intermediate.forward_activated(
                     attended,
                     m,
+                    Activation::Gelu { tanh: tanh_form },
                     intermediate,
-                    None,
-                    Some(&move |rows: &mut [f32]| kernels::gelu(rows, tanh_form)),
+                    &layer.output,
                 );
                 layer
                     .output
-                    .forward(intermediate, m, hidden, Some(attended));
+                    .forward_hidden(intermediate, m, hidden, Some(attended));
                 layer.output_norm.apply(hidden, h, eps);
             };
             let packed = [&layer.attention_out, &layer.intermediate, &layer.output]
@@ -419,7 +420,7 @@ impl NativeBert {
                     .par_chunks_mut(block * h)
                     .zip(b.context[..rows * h].par_chunks(block * h))
                     .for_each_init(
-                        || (vec![0.0f32; block * h], vec![0.0f32; block * inter]),
+                        || (vec![0.0f32; block * h], Hidden::default()),
                         |(attended, intermediate), (hidden, context)| {
                             after(hidden, context, attended, intermediate);
                         },
@@ -429,7 +430,7 @@ impl NativeBert {
                     &mut b.hidden[..rows * h],
                     &b.context[..rows * h],
                     sized(&mut b.attended, rows * h),
-                    sized(&mut b.intermediate, rows * inter),
+                    &mut b.intermediate,
                 );
             }
         }
@@ -448,7 +449,7 @@ struct Buffers {
     context: Vec<f32>,
     /// The unfused path's: after attention, before the feed-forward.
     attended: Vec<f32>,
-    intermediate: Vec<f32>,
+    intermediate: Hidden,
     attention: attention::Packed,
 }
 

@@ -34,9 +34,9 @@ use crate::config::Pooling;
 use crate::error::{Error, Result};
 use crate::files::{ModelFiles, Weights};
 use engine::attention::{self, Heads, QkvLayout};
-use engine::kernels::{self, ROW_BLOCK};
+use engine::kernels;
 use engine::lanes::{Reused, sized};
-use engine::linear::{Arithmetic, Linear, Plan, Role};
+use engine::linear::{Arithmetic, Hidden, Linear, Plan, Role};
 
 /// The feed-forward's gate activation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,6 +239,14 @@ struct Layer {
     kind: LayerKind,
 }
 
+/// The engine's name for a feed-forward block's activation.
+fn feed_forward_activation(activation: Activation) -> engine::linear::Activation {
+    match activation {
+        Activation::Silu => engine::linear::Activation::SiluGate,
+        Activation::GeluTanh => engine::linear::Activation::GeluTanhGate,
+    }
+}
+
 /// Rows of the feed-forward run at once (bounds its buffers).
 const FEED_FORWARD_ROWS: usize = 1024;
 
@@ -256,7 +264,7 @@ impl Layer {
     /// feed-forward (in chunks of [`FEED_FORWARD_ROWS`]), each with its
     /// residual and, in sandwich layers, its norm.
     fn after_attention(&self, c: &Spec, x: &mut [f32], context: &[f32], s: &mut After) {
-        let (h, inter, eps) = (c.hidden, c.intermediate, c.eps as f32);
+        let (h, eps) = (c.hidden, c.eps as f32);
         let m = x.len() / h;
         let y = sized(&mut s.y, m * h);
         match &self.attention_out_norm {
@@ -273,27 +281,25 @@ impl Layer {
         let normed = sized(&mut s.normed, m * h);
         normed.copy_from_slice(x);
         kernels::rms_norm_rows(normed, h, &self.feed_forward_norm, eps);
-        let chunk = m.min(FEED_FORWARD_ROWS);
-        let gate_up = sized(&mut s.gate_up, chunk * 2 * inter);
-        let act = sized(&mut s.act, chunk * inter);
-        let activation = match c.activation {
-            Activation::Silu => kernels::silu_mul,
-            Activation::GeluTanh => kernels::gelu_tanh_mul,
-        };
+        let activation = feed_forward_activation(c.activation);
         for r0 in (0..m).step_by(FEED_FORWARD_ROWS) {
             let k = (m - r0).min(FEED_FORWARD_ROWS);
             let span = r0 * h..(r0 + k) * h;
-            let (gate_up, act) = (&mut gate_up[..k * 2 * inter], &mut act[..k * inter]);
-            self.gate_up
-                .forward(&normed[span.clone()], k, gate_up, None);
-            act.par_chunks_mut(inter * ROW_BLOCK)
-                .zip(gate_up.par_chunks(2 * inter * ROW_BLOCK))
-                .for_each(|(a, g)| activation(g, a, inter));
+            // The gate applied as the sums leave the tiles where both
+            // products run on AMX (no f32 gate/up activations in memory).
+            self.gate_up.forward_activated(
+                &normed[span.clone()],
+                k,
+                activation,
+                &mut s.hidden,
+                &self.down,
+            );
             let residual = self
                 .feed_forward_out_norm
                 .is_none()
                 .then(|| &x[span.clone()]);
-            self.down.forward(act, k, &mut y[span], residual);
+            self.down
+                .forward_hidden(&s.hidden, k, &mut y[span], residual);
         }
         match &self.feed_forward_out_norm {
             None => x.copy_from_slice(y),
@@ -370,8 +376,7 @@ struct Buffers {
 struct After {
     y: Vec<f32>,
     normed: Vec<f32>,
-    gate_up: Vec<f32>,
-    act: Vec<f32>,
+    hidden: Hidden,
 }
 
 /// Where the layer weights of a decoder are read: the checkpoint, and the
@@ -481,11 +486,14 @@ impl NativeDecoder {
             for (linear, role) in [
                 (&mut layer.qkv, Role::AttentionIn),
                 (&mut layer.output, Role::AttentionOut),
-                (&mut layer.gate_up, Role::FeedForwardIn),
                 (&mut layer.down, Role::FeedForwardOut),
             ] {
                 linear.prepare(plan.of(role));
             }
+            let activation = feed_forward_activation(spec.activation);
+            layer
+                .gate_up
+                .prepare_activated(plan.of(Role::FeedForwardIn), activation);
             layers.push(layer);
         }
         let shape = [spec.vocab, h];

@@ -131,6 +131,40 @@ impl PackedWeight {
         Self::pack_in_chunks(weight, inputs, outputs, inputs.div_ceil(KSTEP).max(1))
     }
 
+    /// Packs a gated unit's weight as stored (`2·width × inputs`: the gate's
+    /// `width` rows, then the up projection's) with each 32 gate columns
+    /// followed by their 32 up columns, as [`Epilogue::Gated`] reads them;
+    /// `bias` (where there is one) is reordered alike. `width` is a multiple
+    /// of 32.
+    pub fn pack_gated(
+        weight: &[f32],
+        bias: Option<&mut [f32]>,
+        inputs: usize,
+        outputs: usize,
+    ) -> Self {
+        assert!(
+            outputs.is_multiple_of(2 * PANEL),
+            "a gated width not of whole panels"
+        );
+        assert_eq!(
+            weight.len(),
+            inputs * outputs,
+            "weight is not outputs × inputs"
+        );
+        let order = gated_order(outputs);
+        let mut reordered = Vec::with_capacity(weight.len());
+        for &o in &order {
+            reordered.extend_from_slice(&weight[o * inputs..(o + 1) * inputs]);
+        }
+        if let Some(bias) = bias {
+            let was = bias.to_vec();
+            for (b, &o) in bias.iter_mut().zip(&order) {
+                *b = was[o];
+            }
+        }
+        Self::pack(&reordered, inputs, outputs)
+    }
+
     /// [`PackedWeight::pack`] with `chunk` k-steps per chunk.
     pub(crate) fn pack_in_chunks(
         weight: &[f32],
@@ -179,6 +213,22 @@ impl PackedWeight {
         let (at, len) = self.layout.run(first, panel);
         (at * 2 * TILE_VALUES, len)
     }
+}
+
+/// The stored output each packed column of a gated weight of `outputs`
+/// holds: 32 gate columns, their 32 up columns, and so on.
+fn gated_order(outputs: usize) -> Vec<usize> {
+    let width = outputs / 2;
+    (0..outputs)
+        .map(|j| {
+            let (pair, i) = (j / (2 * PANEL), j % (2 * PANEL));
+            if i < PANEL {
+                pair * PANEL + i
+            } else {
+                width + pair * PANEL + i - PANEL
+            }
+        })
+        .collect()
 }
 
 /// `c = (residual or 0) + (bias or 0) + a · Wᵀ` for `rows` rows, as
@@ -234,25 +284,134 @@ pub(crate) fn matmul_on(
             && blocking.task_rows.is_multiple_of(STRIP)
             && blocking.group_panels > 0
     );
-    let (inputs, outputs) = (w.inputs, w.outputs);
-    assert_eq!(a.len(), rows * inputs, "a is not rows × inputs");
+    assert_eq!(a.len(), rows * w.inputs, "a is not rows × inputs");
+    let strips = Strips::rounded(a, rows, w.inputs);
+    product_on(kernel, blocking, c, &strips, w, bias, residual, post);
+}
+
+/// Activations in bf16, laid out as the products read them: strips of 32
+/// rows, in each its k-steps one after the other (32 rows of 32 values),
+/// zero past the columns. [`matmul`] rounds its f32 input into them;
+/// [`matmul_into`] writes its output as them, for the next product
+/// ([`matmul_strips`]) to read without a pass over f32 activations.
+#[derive(Debug)]
+pub struct Strips {
+    data: Aligned<u16>,
+    rows: usize,
+    cols: usize,
+}
+
+impl Default for Strips {
+    fn default() -> Self {
+        Self {
+            data: Aligned::zeroed(0),
+            rows: 0,
+            cols: 0,
+        }
+    }
+}
+
+impl Strips {
+    /// `rows` rows of `cols` values rounded to bf16 (nearest even).
+    pub fn rounded(a: &[f32], rows: usize, cols: usize) -> Self {
+        let mut strips = Self::default();
+        strips.round(a, rows, cols);
+        strips
+    }
+
+    /// Values per strip.
+    fn strip_values(&self) -> usize {
+        self.cols.div_ceil(KSTEP) * STRIP * KSTEP
+    }
+
+    /// Room for `rows` rows of `cols` values, zero past the columns: the
+    /// buffer is kept where it holds them and `cols` is unchanged (the
+    /// padding is then still zero), else a zeroed one is made.
+    fn reshape(&mut self, rows: usize, cols: usize) {
+        let needed = rows.div_ceil(STRIP) * cols.div_ceil(KSTEP) * STRIP * KSTEP;
+        if cols != self.cols || self.data.as_slice().len() < needed {
+            self.data = Aligned::zeroed(needed);
+        }
+        (self.rows, self.cols) = (rows, cols);
+    }
+
+    /// Rounds `rows` rows of `cols` values into these strips.
+    pub fn round(&mut self, a: &[f32], rows: usize, cols: usize) {
+        assert_eq!(a.len(), rows * cols, "a is not rows × cols");
+        self.reshape(rows, cols);
+        if rows == 0 {
+            return;
+        }
+        let strip_values = self.strip_values();
+        self.data.as_mut_slice()[..rows.div_ceil(STRIP) * strip_values]
+            .par_chunks_mut(strip_values)
+            .zip(a.par_chunks(STRIP * cols))
+            .for_each(|(strip, rows)| {
+                for (r, row) in rows.chunks_exact(cols).enumerate() {
+                    round_into_strip(strip, row, r);
+                }
+            });
+    }
+
+    /// The values as f32, row-major (`rows × cols`).
+    pub fn to_f32(&self) -> Vec<f32> {
+        let (rows, cols, strip_values) = (self.rows, self.cols, self.strip_values());
+        let data = self.data.as_slice();
+        let mut out = vec![0.0f32; rows * cols];
+        for (i, row) in out.chunks_exact_mut(cols.max(1)).enumerate().take(rows) {
+            let (strip, r) = (i / STRIP, i % STRIP);
+            for (k, x) in row.iter_mut().enumerate() {
+                let at = strip * strip_values + (k / KSTEP) * STRIP * KSTEP + r * KSTEP + k % KSTEP;
+                *x = f32::from_bits(u32::from(data[at]) << 16);
+            }
+        }
+        out
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// `c = (residual or 0) + (bias or 0) + a · Wᵀ` for the rows of `a`,
+/// already in bf16 strips (as [`matmul`], without rounding an f32 input).
+pub fn matmul_strips(
+    c: &mut [f32],
+    a: &Strips,
+    w: &PackedWeight,
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    post: Option<&Post>,
+) {
+    assert!(super::supported(), "AMX tiles are not usable here");
+    let blocking = Blocking::for_product(a.rows, &w.layout);
+    product_on(Kernel::Tiles, blocking, c, a, w, bias, residual, post);
+}
+
+/// [`matmul_strips`] on `kernel` with `blocking`.
+#[allow(clippy::too_many_arguments)]
+fn product_on(
+    kernel: Kernel,
+    blocking: Blocking,
+    c: &mut [f32],
+    a: &Strips,
+    w: &PackedWeight,
+    bias: Option<&[f32]>,
+    residual: Option<&[f32]>,
+    post: Option<&Post>,
+) {
+    let (rows, outputs) = (a.rows, w.outputs);
+    assert_eq!(a.cols, w.inputs, "a is not as wide as the weight's inputs");
     assert_eq!(c.len(), rows * outputs, "c is not rows × outputs");
     if rows == 0 {
         return;
     }
-    // The activations in bf16, in strips of 32 rows laid out tile by tile
-    // (k-step after k-step, 32 rows of 32 values each), zero past the inputs.
-    let strip_values = w.layout.steps * STRIP * KSTEP;
-    let mut a16 = Aligned::zeroed(rows.div_ceil(STRIP) * strip_values);
-    a16.as_mut_slice()
-        .par_chunks_mut(strip_values)
-        .zip(a.par_chunks(STRIP * inputs))
-        .for_each(|(strip, rows)| {
-            for (r, row) in rows.chunks_exact(inputs).enumerate() {
-                round_into_strip(strip, row, r);
-            }
-        });
-    let a16 = a16.as_slice();
+    let strip_values = a.strip_values();
+    let a16 = a.data.as_slice();
     crate::tile::packed_tasks_of(
         blocking.task_rows,
         c,
@@ -270,6 +429,146 @@ pub(crate) fn matmul_on(
             task.run(c, bias, residual);
         },
     );
+}
+
+/// What a product's sums go through before they are rounded into the next
+/// product's strips ([`matmul_into`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Epilogue {
+    /// GELU (exact, or the tanh approximation), one value per output.
+    Gelu { tanh: bool },
+    /// A gated unit, `f(gate) · up`, on a weight packed by
+    /// [`PackedWeight::pack_gated`] (its gate and up columns in pairs of
+    /// panels): SwiGLU (`f` = SiLU) or GeGLU with GELU's tanh form.
+    Gated { silu: bool },
+}
+
+impl Epilogue {
+    /// Panels of sums per 32 values of output.
+    fn panels(self) -> usize {
+        match self {
+            Self::Gelu { .. } => 1,
+            Self::Gated { .. } => 2,
+        }
+    }
+
+    /// Applies the epilogue to the sums of `panels()` panels of one row,
+    /// leaving the 32 values of output in `out`.
+    fn apply(self, sums: &mut [f32], out: &mut [f32; PANEL]) {
+        match self {
+            Self::Gelu { tanh } => {
+                crate::kernels::gelu(sums, tanh);
+                out.copy_from_slice(sums);
+            }
+            Self::Gated { silu: true } => crate::kernels::silu_mul(sums, out, PANEL),
+            Self::Gated { silu: false } => crate::kernels::gelu_tanh_mul(sums, out, PANEL),
+        }
+    }
+}
+
+/// `out = epilogue((bias or 0) + a · Wᵀ)` for the rows of `a`, rounded to
+/// bf16 into strips, the layout the next product reads
+/// ([`matmul_strips`]): each strip's sums go through a block of its own
+/// (32 rows × a group's columns, in L1 or L2) and the epilogue, never
+/// through f32 activations in memory. The same bits as [`matmul`] into f32
+/// followed by the epilogue's function on each row and [`Strips::round`].
+/// The outputs are a multiple of 32 (64 for a gated epilogue).
+pub fn matmul_into(
+    out: &mut Strips,
+    a: &Strips,
+    w: &PackedWeight,
+    bias: Option<&[f32]>,
+    epilogue: Epilogue,
+) {
+    assert!(super::supported(), "AMX tiles are not usable here");
+    let blocking = Blocking::for_product(a.rows, &w.layout);
+    product_into_on(Kernel::Tiles, blocking, out, a, w, bias, epilogue);
+}
+
+/// Whether [`matmul_into`] takes a weight of `outputs` with `epilogue`.
+pub fn fuses(outputs: usize, epilogue: Epilogue) -> bool {
+    outputs > 0 && outputs.is_multiple_of(PANEL * epilogue.panels())
+}
+
+/// [`matmul_into`] on `kernel` with `blocking`.
+pub(crate) fn product_into_on(
+    kernel: Kernel,
+    blocking: Blocking,
+    out: &mut Strips,
+    a: &Strips,
+    w: &PackedWeight,
+    bias: Option<&[f32]>,
+    epilogue: Epilogue,
+) {
+    assert!(blocking.task_rows > 0 && blocking.task_rows.is_multiple_of(STRIP));
+    assert_eq!(a.cols, w.inputs, "a is not as wide as the weight's inputs");
+    assert!(fuses(w.outputs, epilogue), "outputs not in whole units");
+    assert!(
+        bias.is_none_or(|b| b.len() == w.outputs),
+        "bias is not outputs wide"
+    );
+    let unit = epilogue.panels();
+    let rows = a.rows;
+    out.reshape(rows, w.outputs / unit);
+    if rows == 0 {
+        return;
+    }
+    // Groups of whole units.
+    let group_panels = (blocking.group_panels / unit).max(1) * unit;
+    let (a_values, out_values) = (a.strip_values(), out.strip_values());
+    let task_strips = blocking.task_rows / STRIP;
+    let a16 = a.data.as_slice();
+    let strips = rows.div_ceil(STRIP);
+    out.data.as_mut_slice()[..strips * out_values]
+        .par_chunks_mut(task_strips * out_values)
+        .enumerate()
+        .for_each(|(t, out)| {
+            let mut block = Aligned::<f32>::zeroed(STRIP * group_panels * PANEL);
+            let block = block.as_mut_slice();
+            let mut values = [0.0f32; PANEL];
+            for group in (0..w.layout.panels).step_by(group_panels) {
+                let panels = group_panels.min(w.layout.panels - group);
+                let width = panels * PANEL;
+                for (s, out) in out.chunks_exact_mut(out_values).enumerate() {
+                    let strip = t * task_strips + s;
+                    let m = (rows - strip * STRIP).min(STRIP);
+                    let a = &a16[strip * a_values..(strip + 1) * a_values];
+                    for chunk in (0..w.layout.steps).step_by(w.layout.chunk) {
+                        let (at, steps) = w.run(chunk, group);
+                        assert!(at + panels * steps * 2 * TILE_VALUES <= w.data.as_slice().len());
+                        let a = &a[chunk * STRIP * KSTEP..];
+                        assert!(steps * STRIP * KSTEP <= a.len(), "rows out of bounds");
+                        let call = Strip {
+                            config: &CONFIGS[m],
+                            a: a.as_ptr(),
+                            b: w.data.as_slice()[at..].as_ptr(),
+                            panel_bytes: steps * 2 * TILE_VALUES * 2,
+                            panels,
+                            steps,
+                            c: block.as_mut_ptr(),
+                            ldc: width * 4,
+                            accumulate: usize::from(chunk > 0),
+                            bias: bias.map_or(std::ptr::null(), |b| b[group * PANEL..].as_ptr()),
+                        };
+                        // SAFETY: the strip holds `steps` k-steps from
+                        // `chunk` and the group's panels hold them (both
+                        // asserted), the block holds 32 rows of `width`
+                        // columns, the bias (where there is one) the group's
+                        // columns; the caller checked the kernel runs here.
+                        unsafe { kernel.run(&call) };
+                    }
+                    for r in 0..m {
+                        let sums = &mut block[r * width..(r + 1) * width];
+                        for (u, sums) in sums.chunks_exact_mut(unit * PANEL).enumerate() {
+                            epilogue.apply(sums, &mut values);
+                            let step = group / unit + u;
+                            let at = step * STRIP * KSTEP + r * KSTEP;
+                            round_row(&mut out[at..at + PANEL], &values);
+                        }
+                    }
+                }
+            }
+        });
 }
 
 /// One parallel task's rows.
@@ -1082,6 +1381,149 @@ mod tests {
         // The engine's packing: one chunk of the whole shared dimension.
         let w = PackedWeight::pack(&vec![0.0; 100 * 1000], 1000, 100);
         assert_eq!((w.layout.chunk, w.layout.steps), (32, 32));
+    }
+
+    /// `matmul` into f32, the epilogue's function on each row (the gated
+    /// ones on the weight as stored: gate then up), then rounding: what
+    /// `matmul_into` must equal, bit for bit.
+    #[allow(clippy::too_many_arguments)]
+    fn unfused(
+        kernel: Kernel,
+        a: &[f32],
+        rows: usize,
+        w: &[f32],
+        bias: Option<&[f32]>,
+        inputs: usize,
+        outputs: usize,
+        epilogue: Epilogue,
+    ) -> Vec<f32> {
+        let packed = PackedWeight::pack(w, inputs, outputs);
+        let mut c = vec![f32::NAN; rows * outputs];
+        let blocking = Blocking::for_product(rows, &packed.layout);
+        matmul_on(kernel, blocking, &mut c, a, rows, &packed, bias, None, None);
+        let act = match epilogue {
+            Epilogue::Gelu { tanh } => {
+                c.chunks_exact_mut(outputs)
+                    .for_each(|row| crate::kernels::gelu(row, tanh));
+                c
+            }
+            Epilogue::Gated { silu } => {
+                let mut out = vec![0.0; rows * outputs / 2];
+                if silu {
+                    crate::kernels::silu_mul(&c, &mut out, outputs / 2);
+                } else {
+                    crate::kernels::gelu_tanh_mul(&c, &mut out, outputs / 2);
+                }
+                out
+            }
+        };
+        Strips::rounded(&act, rows, outputs / epilogue.panels()).to_f32()
+    }
+
+    #[test]
+    fn a_product_into_strips_equals_the_product_its_epilogue_and_rounding() {
+        let kernels: &[Kernel] = if super::super::supported() {
+            &[Kernel::Model, Kernel::Tiles]
+        } else {
+            &[Kernel::Model]
+        };
+        let epilogues = [
+            Epilogue::Gelu { tanh: false },
+            Epilogue::Gelu { tanh: true },
+            Epilogue::Gated { silu: true },
+            Epilogue::Gated { silu: false },
+        ];
+        for &kernel in kernels {
+            for (rows, inputs, outputs) in
+                [(1, 33, 64), (17, 64, 128), (40, 100, 192), (95, 384, 256)]
+            {
+                let a: Vec<f32> = (0..rows * inputs)
+                    .map(|i| ((i * 7919) % 97) as f32 / 25.0 - 2.0)
+                    .collect();
+                let w: Vec<f32> = (0..outputs * inputs)
+                    .map(|i| ((i * 104_729) % 89) as f32 / 90.0 - 0.5)
+                    .collect();
+                let bias: Vec<f32> = (0..outputs).map(|o| (o % 13) as f32 / 8.0 - 0.7).collect();
+                let strips = Strips::rounded(&a, rows, inputs);
+                for epilogue in epilogues {
+                    for bias in [None, Some(bias.as_slice())] {
+                        let want = unfused(kernel, &a, rows, &w, bias, inputs, outputs, epilogue);
+                        let (packed, bias) = match epilogue {
+                            Epilogue::Gelu { .. } => (
+                                PackedWeight::pack(&w, inputs, outputs),
+                                bias.map(<[f32]>::to_vec),
+                            ),
+                            Epilogue::Gated { .. } => {
+                                let mut bias = bias.map(<[f32]>::to_vec);
+                                let packed = PackedWeight::pack_gated(
+                                    &w,
+                                    bias.as_deref_mut(),
+                                    inputs,
+                                    outputs,
+                                );
+                                (packed, bias)
+                            }
+                        };
+                        let layout = packed.layout;
+                        let blockings = [
+                            Blocking::for_product(rows, &layout),
+                            Blocking {
+                                task_rows: 32,
+                                group_panels: 1,
+                            },
+                            Blocking {
+                                task_rows: 64,
+                                group_panels: 3,
+                            },
+                        ];
+                        for blocking in blockings {
+                            let mut out = Strips::default();
+                            product_into_on(
+                                kernel,
+                                blocking,
+                                &mut out,
+                                &strips,
+                                &packed,
+                                bias.as_deref(),
+                                epilogue,
+                            );
+                            let got = out.to_f32();
+                            assert_eq!(
+                                got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                                want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                                "{kernel:?} {rows}x{inputs}x{outputs} {epilogue:?} bias {} {blocking:?}",
+                                bias.is_some()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_product_from_strips_equals_one_from_f32() {
+        let (rows, inputs, outputs) = (70, 100, 96);
+        let (a, w, want) = exact_case(rows, inputs, outputs);
+        let packed = PackedWeight::pack_in_chunks(&w, inputs, outputs, 1);
+        let strips = Strips::rounded(&a, rows, inputs);
+        let mut c = vec![f32::NAN; rows * outputs];
+        let blocking = Blocking::for_product(rows, &packed.layout);
+        product_on(
+            Kernel::Model,
+            blocking,
+            &mut c,
+            &strips,
+            &packed,
+            None,
+            None,
+            None,
+        );
+        assert_eq!(c, want);
+        // Strips are reused: a smaller batch of the same width keeps them.
+        let mut again = Strips::rounded(&a, rows, inputs);
+        again.round(&a[..10 * inputs], 10, inputs);
+        assert_eq!(again.to_f32(), a[..10 * inputs]);
     }
 
     #[test]
