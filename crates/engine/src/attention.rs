@@ -474,19 +474,22 @@ impl Task<'_> {
                         KEYS,
                         false,
                     );
+                    // Each row's weights straight into P's strip, rounded
+                    // to bf16 in the same pass as their exponentials.
                     for i in 0..m {
-                        let row = &mut s.as_mut_slice()[i * KEYS..i * KEYS + padded];
-                        let span = heads.span(first + i, self.len);
-                        alpha[i] = softmax_row(
-                            span,
-                            &mut row[..n],
-                            k0,
+                        let row = &s.as_slice()[i * KEYS..i * KEYS + n];
+                        let (lo, hi) = heads.span(first + i, self.len);
+                        let live = (lo.saturating_sub(k0).min(n), hi.saturating_sub(k0).min(n));
+                        alpha[i] = kernels::softmax_to_bf16(
+                            row,
+                            (live.0.min(live.1), live.1),
+                            padded,
                             heads.scale,
                             &mut max[i],
                             &mut sum[i],
+                            &mut p.as_mut_slice()[i * KSTEP..],
+                            STRIP * KSTEP,
                         );
-                        row[n..].fill(0.0);
-                        round_into_strip(p.as_mut_slice(), row, i);
                     }
                     if accumulate {
                         for (row, &a) in o.as_mut_slice().chunks_exact_mut(d).zip(&alpha).take(m) {
@@ -533,7 +536,7 @@ mod tiles {
     use crate::amx::bf16::{KSTEP, Panels, pack_columns, pack_rows, panels_len};
 
     /// Keys per block of the online softmax (a multiple of 32).
-    pub(super) const KEYS: usize = 128;
+    pub(super) const KEYS: usize = 256;
 
     /// Whether the tile path runs here for heads of width `d`.
     pub(super) fn supported(d: usize) -> bool {

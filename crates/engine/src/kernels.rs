@@ -189,14 +189,17 @@ macro_rules! multiversion {
 
 const LANES: usize = 16;
 
+/// log2(e), and ln 2 in two parts (the high one exact in 16 bits), for
+/// the argument reductions of `exp`.
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+const LN2_HI: f32 = 0.693_145_75;
+const LN2_LO: f32 = 1.428_606_8e-6;
+
 /// e^x to about 2e-7 relative error, branch-free so that it vectorises:
 /// 2^n · e^r with n = round(x / ln 2), |r| ≤ ln 2 / 2, and a degree-7 Taylor
 /// polynomial for e^r.
 #[inline(always)]
 fn exp(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
     // Rounding to the nearest integer (ties to even) by adding and taking
     // back 1.5·2^23: exact for |x / ln 2| < 2^22, one add and one subtract
     // in every instruction set (`round_ties_even` is a library call on
@@ -408,6 +411,79 @@ pub fn online_softmax(
     alpha
 }
 
+/// [`online_softmax`] on the keys `from..to` of a row of raw scores (the
+/// rest weigh 0), its weights written rounded to bf16 (nearest even) in one
+/// pass: weight `j` of `0..len` (zero past `to`) at `out[(j / 32)·stride + j
+/// % 32]`, the layout of a row of attention's `P` strip. The weights are
+/// rounded to bf16 anyway, so `e^x` takes a degree-5 polynomial (relative
+/// error 3e-6, against bf16's half step of 2e-3: the rounding of a weight
+/// differs from that of the exact `e^x` about once in a thousand), not the
+/// degree-7 one of f32 work. The row's running maximum and sum are updated
+/// as `online_softmax` does (the sum of the f32 weights); returns α.
+#[allow(clippy::too_many_arguments)]
+pub fn softmax_to_bf16(
+    row: &[f32],
+    (from, to): (usize, usize),
+    len: usize,
+    scale: f32,
+    max: &mut f32,
+    sum: &mut f32,
+    out: &mut [u16],
+    stride: usize,
+) -> f32 {
+    assert!(from <= to && to <= row.len() && row.len() <= len);
+    assert!(len == 0 || out.len() > (len - 1) / 32 * stride + (len - 1) % 32);
+    #[cfg(target_arch = "x86_64")]
+    if crate::bf16::supported() {
+        // SAFETY: the CPU has AVX-512 BF16 (and F); the extents are asserted.
+        return unsafe {
+            avx512::softmax_to_bf16(row, (from, to), len, scale, max, sum, out, stride)
+        };
+    }
+    let place = |j: usize| (j / 32) * stride + j % 32;
+    if from >= to {
+        (0..len).for_each(|j| out[place(j)] = 0);
+        return 1.0;
+    }
+    let new_max = row[from..to].iter().fold(*max, |m, &v| m.max(v));
+    let alpha = if *max == f32::NEG_INFINITY {
+        0.0
+    } else {
+        exp((*max - new_max) * scale)
+    };
+    *max = new_max;
+    let mut total = 0.0f32;
+    for j in 0..len {
+        let e = if (from..to).contains(&j) {
+            exp_for_bf16((row[j] - new_max) * scale)
+        } else {
+            0.0
+        };
+        total += e;
+        out[place(j)] = crate::tile::to_bf16(e);
+    }
+    *sum = sum.mul_add(alpha, total);
+    alpha
+}
+
+/// e^x for x ≤ 0 (a softmax's), to 3e-6 relative error: n = round(x / ln
+/// 2), r = x − n·ln 2 in two parts, a degree-5 Taylor polynomial for e^r,
+/// 2^n applied to its exponent; below −87 it gives 0.
+#[inline(always)]
+fn exp_for_bf16(x: f32) -> f32 {
+    if x < -87.0 {
+        return 0.0;
+    }
+    const ROUND: f32 = 12_582_912.0;
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let mut p: f32 = 1.0 / 120.0;
+    for c in [1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        p = p.mul_add(r, c);
+    }
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
 /// Explicit AVX-512 forms of the hottest element-wise kernels (the
 /// compiler does not vectorise the branch-free `exp` above in every loop).
 #[cfg(target_arch = "x86_64")]
@@ -504,6 +580,102 @@ mod avx512 {
         }
         *sum = sum.mul_add(alpha, _mm512_reduce_add_ps(total));
         alpha
+    }
+
+    /// [`super::exp_for_bf16`] on 16 lanes (x ≤ 0; `vscalefps` applies 2^n,
+    /// which gives 0 far below).
+    #[inline]
+    #[target_feature(enable = "avx512f,fma")]
+    fn exp16_for_bf16(x: __m512) -> __m512 {
+        let x = _mm512_max_ps(x, _mm512_set1_ps(-88.0));
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+        );
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(super::LN2_HI), x);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(super::LN2_LO), r);
+        let mut p = _mm512_set1_ps(1.0 / 120.0);
+        for c in [1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+            p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+        }
+        _mm512_scalef_ps(p, n)
+    }
+
+    /// [`super::softmax_to_bf16`] on 16 lanes at a time.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F and BF16; the caller asserted the extents.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,fma")]
+    pub(super) unsafe fn softmax_to_bf16(
+        row: &[f32],
+        (from, to): (usize, usize),
+        len: usize,
+        scale: f32,
+        max: &mut f32,
+        sum: &mut f32,
+        out: &mut [u16],
+        stride: usize,
+    ) -> f32 {
+        let p = row.as_ptr();
+        let o = out.as_mut_ptr();
+        // Lanes j..j + 16 of the row that are keys from..to.
+        let live = |j: usize| -> __mmask16 {
+            let lo = from.saturating_sub(j).min(16);
+            let hi = to.saturating_sub(j).min(16);
+            (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as u16
+        };
+        // SAFETY (for the block): every load is masked to keys below `to` ≤
+        // row.len(), every store to lanes below `len`, at places inside
+        // `out` (asserted by the caller); bf16 vectors are 16-bit lanes.
+        unsafe {
+            let store = |j: usize, e: __m512| {
+                let mask = crate::tile::tail_mask(len - j);
+                let h: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(e));
+                _mm256_mask_storeu_epi16(o.add((j / 32) * stride + j % 32).cast(), mask, h);
+            };
+            if from >= to {
+                for j in (0..len).step_by(16) {
+                    store(j, _mm512_setzero_ps());
+                }
+                return 1.0;
+            }
+            let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+            let mut j = from / 16 * 16;
+            while j < to {
+                let v = if j >= from && j + 16 <= to {
+                    _mm512_loadu_ps(p.add(j))
+                } else {
+                    _mm512_mask_loadu_ps(_mm512_set1_ps(f32::NEG_INFINITY), live(j), p.add(j))
+                };
+                m = _mm512_max_ps(m, v);
+                j += 16;
+            }
+            let new_max = max.max(_mm512_reduce_max_ps(m));
+            let alpha = if *max == f32::NEG_INFINITY {
+                0.0
+            } else {
+                super::exp((*max - new_max) * scale)
+            };
+            *max = new_max;
+            let scale_v = _mm512_set1_ps(scale);
+            let shift = _mm512_set1_ps(-new_max * scale);
+            let mut total = _mm512_setzero_ps();
+            for j in (0..len).step_by(16) {
+                let e = if j >= from && j + 16 <= to {
+                    exp16_for_bf16(_mm512_fmadd_ps(_mm512_loadu_ps(p.add(j)), scale_v, shift))
+                } else if j + 16 <= from || j >= to {
+                    _mm512_setzero_ps()
+                } else {
+                    let mask = live(j);
+                    let v = _mm512_maskz_loadu_ps(mask, p.add(j));
+                    _mm512_maskz_mov_ps(mask, exp16_for_bf16(_mm512_fmadd_ps(v, scale_v, shift)))
+                };
+                total = _mm512_add_ps(total, e);
+                store(j, e);
+            }
+            *sum = sum.mul_add(alpha, _mm512_reduce_add_ps(total));
+            alpha
+        }
     }
 }
 
@@ -704,6 +876,79 @@ multiversion! {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The weights written in bf16 are those of the f32 online softmax,
+    /// rounded: within one bf16 step of them (equal almost always), the
+    /// running maximum equal and the sum within 1e-5; masked keys and the
+    /// padding are zero. On the AVX-512 path and the portable one.
+    #[test]
+    fn softmax_to_bf16_is_the_online_softmax_rounded() {
+        let row: Vec<f32> = (0..200)
+            .map(|i| ((i * 7919) % 211) as f32 / 9.0 - 11.0)
+            .collect();
+        let stride = 96;
+        for (from, to, len) in [
+            (0, 200, 224),
+            (0, 37, 64),
+            (5, 150, 160),
+            (17, 17, 32),
+            (40, 30, 64),
+            (0, 1, 32),
+        ] {
+            let n = len.min(row.len());
+            for prior in [f32::NEG_INFINITY, 1.5, 30.0] {
+                let (mut max, mut sum) = (prior, 2.0f32);
+                let mut want = row[..n].to_vec();
+                let live = (from.min(n), to.min(n));
+                let alpha_want = if live.0 < live.1 {
+                    want[..live.0].fill(0.0);
+                    online_softmax(
+                        &mut want[live.0..],
+                        live.1 - live.0,
+                        0.7,
+                        &mut max,
+                        &mut sum,
+                    )
+                } else {
+                    want.fill(0.0);
+                    1.0
+                };
+                want.resize(len, 0.0);
+                let mut out = vec![0xffffu16; (len / 32) * stride];
+                let (mut m2, mut s2) = (prior, 2.0f32);
+                let alpha = softmax_to_bf16(
+                    &row[..n],
+                    (live.0.min(live.1), live.1),
+                    len,
+                    0.7,
+                    &mut m2,
+                    &mut s2,
+                    &mut out,
+                    stride,
+                );
+                assert_eq!(m2, max, "{from}..{to} of {len}");
+                assert!((alpha - alpha_want).abs() <= 1e-6 * alpha_want.max(1.0));
+                assert!(
+                    (s2 - sum).abs() <= 1e-5 * sum.abs().max(1.0),
+                    "sum {s2} against {sum}"
+                );
+                let mut differ = 0;
+                for (j, &w) in want.iter().enumerate() {
+                    let got = out[(j / 32) * stride + j % 32];
+                    let exact = crate::tile::to_bf16(w);
+                    assert!(
+                        got.abs_diff(exact) <= 1,
+                        "{from}..{to}: key {j}: {got:#x} against {exact:#x}"
+                    );
+                    differ += usize::from(got != exact);
+                    if w == 0.0 {
+                        assert_eq!(got, 0, "key {j} is masked or padding");
+                    }
+                }
+                assert!(differ * 50 <= len, "{differ} of {len} weights differ");
+            }
+        }
+    }
 
     #[test]
     fn normalisation() {

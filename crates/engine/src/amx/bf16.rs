@@ -452,14 +452,15 @@ impl Epilogue {
         }
     }
 
-    /// Applies the epilogue to the sums of `panels()` panels of one row,
-    /// leaving the 32 values of output in `out`.
-    fn apply(self, sums: &mut [f32], out: &mut [f32; PANEL]) {
+    /// Applies the epilogue to the sums of one row of a block (whole
+    /// units), leaving its values of output in `out` (32 per unit).
+    fn apply(self, sums: &mut [f32], out: &mut [f32]) {
         match self {
             Self::Gelu { tanh } => {
                 crate::kernels::gelu(sums, tanh);
                 out.copy_from_slice(sums);
             }
+            // Pairs of 32 gate and 32 up sums, one after the other.
             Self::Gated { silu: true } => crate::kernels::silu_mul(sums, out, PANEL),
             Self::Gated { silu: false } => crate::kernels::gelu_tanh_mul(sums, out, PANEL),
         }
@@ -525,7 +526,7 @@ pub(crate) fn product_into_on(
         .for_each(|(t, out)| {
             let mut block = Aligned::<f32>::zeroed(STRIP * group_panels * PANEL);
             let block = block.as_mut_slice();
-            let mut values = [0.0f32; PANEL];
+            let mut values = vec![0.0f32; group_panels / unit * PANEL];
             for group in (0..w.layout.panels).step_by(group_panels) {
                 let panels = group_panels.min(w.layout.panels - group);
                 let width = panels * PANEL;
@@ -557,13 +558,12 @@ pub(crate) fn product_into_on(
                         // columns; the caller checked the kernel runs here.
                         unsafe { kernel.run(&call) };
                     }
+                    let values = &mut values[..width / unit];
                     for r in 0..m {
-                        let sums = &mut block[r * width..(r + 1) * width];
-                        for (u, sums) in sums.chunks_exact_mut(unit * PANEL).enumerate() {
-                            epilogue.apply(sums, &mut values);
-                            let step = group / unit + u;
-                            let at = step * STRIP * KSTEP + r * KSTEP;
-                            round_row(&mut out[at..at + PANEL], &values);
+                        epilogue.apply(&mut block[r * width..(r + 1) * width], values);
+                        for (u, values) in values.chunks_exact(PANEL).enumerate() {
+                            let at = (group / unit + u) * STRIP * KSTEP + r * KSTEP;
+                            round_row(&mut out[at..at + PANEL], values);
                         }
                     }
                 }
