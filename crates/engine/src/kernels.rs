@@ -445,13 +445,14 @@ pub fn softmax_to_bf16(
         (0..len).for_each(|j| out[place(j)] = 0);
         return 1.0;
     }
-    let new_max = row[from..to].iter().fold(*max, |m, &v| m.max(v));
-    let alpha = if *max == f32::NEG_INFINITY {
-        0.0
-    } else {
-        exp((*max - new_max) * scale)
-    };
-    *max = new_max;
+    let alpha = next_max(
+        max,
+        row[from..to]
+            .iter()
+            .fold(f32::NEG_INFINITY, |m, &v| m.max(v)),
+        scale,
+    );
+    let new_max = *max;
     let mut total = 0.0f32;
     for j in 0..len {
         let e = if (from..to).contains(&j) {
@@ -463,6 +464,22 @@ pub fn softmax_to_bf16(
         out[place(j)] = crate::tile::to_bf16(e);
     }
     *sum = sum.mul_add(alpha, total);
+    alpha
+}
+
+/// The online softmax's step for a block whose largest score is
+/// `block_max`: the running maximum `max` taken to the larger of the two,
+/// and α = e^((m − m′)·scale), the factor of the earlier sums (0 before
+/// any block).
+#[inline(always)]
+fn next_max(max: &mut f32, block_max: f32, scale: f32) -> f32 {
+    let new_max = max.max(block_max);
+    let alpha = if *max == f32::NEG_INFINITY {
+        0.0
+    } else {
+        exp((*max - new_max) * scale)
+    };
+    *max = new_max;
     alpha
 }
 
@@ -549,13 +566,8 @@ mod avx512 {
             };
             m = _mm512_max_ps(m, v);
         }
-        let new_max = max.max(_mm512_reduce_max_ps(m));
-        let alpha = if *max == f32::NEG_INFINITY {
-            0.0
-        } else {
-            super::exp((*max - new_max) * scale)
-        };
-        *max = new_max;
+        let alpha = super::next_max(max, _mm512_reduce_max_ps(m), scale);
+        let new_max = *max;
         let scale_v = _mm512_set1_ps(scale);
         let shift = _mm512_set1_ps(-new_max * scale);
         let mut total = _mm512_setzero_ps();
@@ -650,13 +662,8 @@ mod avx512 {
                 m = _mm512_max_ps(m, v);
                 j += 16;
             }
-            let new_max = max.max(_mm512_reduce_max_ps(m));
-            let alpha = if *max == f32::NEG_INFINITY {
-                0.0
-            } else {
-                super::exp((*max - new_max) * scale)
-            };
-            *max = new_max;
+            let alpha = super::next_max(max, _mm512_reduce_max_ps(m), scale);
+            let new_max = *max;
             let scale_v = _mm512_set1_ps(scale);
             let shift = _mm512_set1_ps(-new_max * scale);
             let mut total = _mm512_setzero_ps();
