@@ -484,7 +484,10 @@ impl Linear {
     /// bf16, the activation is applied as the sums leave the tiles and the
     /// result rounded straight into the strips `next` reads (no f32 hidden
     /// activations in memory, no pass to round them); else in f32, as
-    /// [`Linear::forward_then`]. The same bits either way.
+    /// [`Linear::forward_then`]. The same bits either way, but for a gated
+    /// layer packed for tiles ([`Linear::prepare_activated`]) whose `next`
+    /// does not run on them (no plan does that): it gets the activations
+    /// as rounded to bf16.
     pub fn forward_activated(
         &self,
         x: &[f32],
