@@ -453,16 +453,24 @@ impl Epilogue {
     }
 
     /// Applies the epilogue to the sums of one row of a block (whole
-    /// units), leaving its values of output in `out` (32 per unit).
-    fn apply(self, sums: &mut [f32], out: &mut [f32]) {
+    /// units) and returns its values of output (32 per unit): the sums
+    /// themselves, in place, or `out`.
+    fn apply<'a>(self, sums: &'a mut [f32], out: &'a mut [f32]) -> &'a [f32] {
         match self {
             Self::Gelu { tanh } => {
                 crate::kernels::gelu(sums, tanh);
-                out.copy_from_slice(sums);
+                sums
             }
             // Pairs of 32 gate and 32 up sums, one after the other.
-            Self::Gated { silu: true } => crate::kernels::silu_mul(sums, out, PANEL),
-            Self::Gated { silu: false } => crate::kernels::gelu_tanh_mul(sums, out, PANEL),
+            Self::Gated { silu } => {
+                let gate = if silu {
+                    crate::kernels::silu_mul
+                } else {
+                    crate::kernels::gelu_tanh_mul
+                };
+                gate(sums, out, PANEL);
+                out
+            }
         }
     }
 }
@@ -560,7 +568,8 @@ pub(crate) fn product_into_on(
                     }
                     let values = &mut values[..width / unit];
                     for r in 0..m {
-                        epilogue.apply(&mut block[r * width..(r + 1) * width], values);
+                        let row = &mut block[r * width..(r + 1) * width];
+                        let values = epilogue.apply(row, values);
                         for (u, values) in values.chunks_exact(PANEL).enumerate() {
                             let at = (group / unit + u) * STRIP * KSTEP + r * KSTEP;
                             round_row(&mut out[at..at + PANEL], values);
